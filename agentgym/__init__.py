@@ -1,0 +1,31 @@
+"""agentgym: train tool-calling LLM agents with GRPO on verifiable rewards.
+
+Importing the package registers the built-in environments with Gymnasium.
+"""
+
+import gymnasium as gym
+
+from agentgym.core import AgentEnv, Feedback, Task
+from agentgym.types import Batch, Message, ToolCall, Trajectory, Turn
+
+__version__ = "0.1.0"
+
+SHORT_NAMES = {"math": "agentgym/Math-v0"}
+
+if "agentgym/Math-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/Math-v0",
+        entry_point="agentgym.envs.math.env:MathEnv",
+    )
+
+__all__ = [
+    "AgentEnv",
+    "Batch",
+    "Feedback",
+    "Message",
+    "SHORT_NAMES",
+    "Task",
+    "ToolCall",
+    "Trajectory",
+    "Turn",
+]

@@ -1,0 +1,115 @@
+"""The `agentgym` command: train, envs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentgym.config import Config, ConfigError, load_config, parse_override
+
+
+def _train_parser(sub) -> None:
+    p = sub.add_parser("train", help="GRPO-train a policy on an environment.")
+    p.add_argument("--env", help="math, a registered id, or module:Env-v0 (run.env)")
+    p.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (model.name)")
+    p.add_argument("--config", type=Path, help="YAML config; flags and --set override it")
+    p.add_argument("--steps", type=int, help="training steps (run.steps)")
+    p.add_argument("--output", type=Path, help="run directory (run.output)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override any config field, e.g. --set grpo.beta=0.02 (repeatable)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentgym", description="Train tool-calling LLM agents with GRPO."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _train_parser(sub)
+    sub.add_parser("envs", help="List the registered agent environments.")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The run's config: YAML file, then --set overrides, then the named flags."""
+    overrides: dict[str, Any] = dict(parse_override(item) for item in args.overrides)
+    flags = {
+        "run.env": args.env,
+        "model.name": args.model,
+        "run.steps": args.steps,
+        "run.output": str(args.output) if args.output else None,
+    }
+    overrides.update({k: v for k, v in flags.items() if v is not None})
+    config = load_config(args.config, overrides)
+    if config.run.output is None:
+        name = config.run.env.replace("/", "_").replace(":", "_")
+        config.run.output = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return config
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from agentgym.core import resolve_env_id
+    from agentgym.train import train
+
+    config = config_from_args(args)
+    resolve_env_id(config.run.env)  # fail before loading a model
+    output = config.run.output
+    if output is not None and (output / "metrics.jsonl").exists():
+        raise ConfigError(
+            f"run.output {str(output)!r} already holds a run (metrics.jsonl); choose a new --output"
+        )
+    run_dir = train(config)
+    print(f"run written to {run_dir}")
+    return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    import agentgym
+
+    short = {v: k for k, v in agentgym.SHORT_NAMES.items()}
+    for env_id, spec in sorted(gym.registry.items()):
+        if not env_id.startswith("agentgym/"):
+            continue
+        entry = spec.entry_point if isinstance(spec.entry_point, str) else repr(spec.entry_point)
+        module, _, cls_name = entry.partition(":")
+        doc = _first_doc_line(module, cls_name)
+        alias = f" ({short[env_id]})" if env_id in short else ""
+        print(f"{env_id}{alias}  max_turns={spec.max_episode_steps}  {doc}")
+    return 0
+
+
+def _first_doc_line(module: str, cls_name: str) -> str:
+    import importlib
+
+    cls = getattr(importlib.import_module(module), cls_name, None)
+    doc = (cls.__doc__ or "").strip().splitlines() if cls is not None else []
+    return doc[0] if doc else ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `agentgym` command; returns the exit code."""
+    from agentgym.core import UnknownEnvError
+    from agentgym.policy.models import ModelNotFoundError
+
+    args = build_parser().parse_args(argv)
+    commands = {"train": cmd_train, "envs": cmd_envs}
+    try:
+        return commands[args.command](args)
+    except (ConfigError, UnknownEnvError, ModelNotFoundError) as err:
+        print(f"agentgym {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Every option of a run, its type and its default: the one source of truth.
+
+A run's config is built from the defaults below, then a YAML file
+(`--config`), then CLI flags and `--set section.field=value` overrides, in that
+order. Unknown keys and bad values are errors that name the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    name: str | None = Field(
+        None,
+        description="Causal LM: a local path, a hub id, 'tiny-random', or None for the embedded "
+        "SmolLM2-135M-Instruct.",
+    )
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="Training precision; 'auto' uses bf16 autocast where the GPU has it."
+    )
+
+
+class SamplingConfig(_Section):
+    max_new_tokens: int = Field(256, gt=0, description="Most tokens the policy samples per turn.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (the tutorial's 1.0).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+
+
+class GRPOConfig(_Section):
+    group_size: int = Field(8, ge=2, description="G: trajectories sampled per task.")
+    tasks_per_step: int = Field(4, ge=1, description="B: tasks per step; a step trains on B x G.")
+    epsilon: float = Field(0.2, gt=0, description="Clip range of the importance ratio.")
+    beta: float = Field(0.04, ge=0, description="KL coefficient (k3); 0 loads no reference model.")
+    loss: Literal["grpo", "token_mean", "dr_grpo"] = Field(
+        "grpo", description="Loss aggregation, by name in agentgym.grpo's registry."
+    )
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    micro_batch_size: int = Field(4, ge=1, description="Trajectories per forward/backward pass.")
+
+
+class LoraConfig(_Section):
+    enabled: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
+    r: int = Field(16, ge=1, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, description="LoRA alpha.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: str | list[str] = Field("all-linear", description="Modules to adapt.")
+
+
+class RunConfig(_Section):
+    env: str = Field("math", description="Env: a short name, a registered id, or module:Env-v0.")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to gym.make.")
+    steps: int = Field(100, ge=1, description="Training steps.")
+    seed: int = Field(0, description="Seeds task choice, sampling and initialisation.")
+    output: Path | None = Field(
+        None, description="Run directory for logs and checkpoints; None: runs/<env>-<time>."
+    )
+    save_every: int = Field(
+        50, ge=1, description="Write a checkpoint every N steps (and at the end)."
+    )
+    log_completions: int = Field(4, ge=0, description="Completions written per step.")
+    tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
+
+
+class Config(_Section):
+    """A whole training run."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+
+class ConfigError(ValueError):
+    """A config file, key or value that is not valid; the message names it."""
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    section, _, field = key.partition(".")
+    sections = Config.model_fields
+    if section not in sections or not field:
+        raise ConfigError(
+            f"unknown config key {key!r}; keys look like section.field with section one of: "
+            + ", ".join(sections)
+        )
+    fields = sections[section].annotation.model_fields  # type: ignore[union-attr]
+    if field not in fields:
+        raise ConfigError(
+            f"unknown config key {key!r}; valid fields of {section!r}: " + ", ".join(fields)
+        )
+    data.setdefault(section, {})[field] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """Splits `section.field=value`; the value is read as YAML (so 0.02, true, [a, b] work)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--set {item!r}: expected section.field=value, e.g. grpo.beta=0.02")
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Builds a Config from an optional YAML file and dotted-key overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections")
+        data = loaded
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        where = f" in {path}" if path else ""
+        lines = [
+            f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
+            for e in err.errors()
+        ]
+        raise ConfigError(f"invalid config{where}:\n" + "\n".join(lines)) from None

@@ -1,0 +1,193 @@
+"""`AgentEnv`: a Gymnasium environment whose observations are chat messages.
+
+An episode is a conversation. `reset` returns the opening messages (system and
+user); each `step` takes the assistant's text and returns the new messages the
+environment adds (tool results, feedback), the reward, and Gymnasium's
+`terminated` / `truncated` flags. Episode length limits come from
+`gymnasium.register(..., max_episode_steps=N)`, as for any Gymnasium env.
+
+Subclasses supply the tasks and the judging through four hooks:
+`num_tasks`, `task_id`, `load_task` and `respond` (plus, optionally,
+`initial_messages`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+import gymnasium as gym
+
+from agentgym.spaces import ChatMessages, Utterance
+from agentgym.types import Message
+
+Split = Literal["train", "test"]
+SPLITS: tuple[str, ...] = get_args(Split)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem an episode is about: the user's prompt and what counts as solving it."""
+
+    task_id: str
+    prompt: str
+    answer: Any = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What the environment says back to one assistant action."""
+
+    messages: tuple[Message, ...]
+    reward: float
+    reward_parts: Mapping[str, float]
+    terminated: bool
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+class AgentEnv(gym.Env[list, str]):
+    """Base class of agentgym environments: chat-message observations, text actions.
+
+    Args:
+        system_prompt: The system message that opens every episode; None for none.
+        render_mode: None or "ansi" (the conversation so far, as text).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
+    default_system_prompt: str | None = None
+
+    def __init__(self, system_prompt: str | None = None, render_mode: str | None = None):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode={render_mode!r}; valid: None, "
+                + ", ".join(repr(m) for m in self.metadata["render_modes"])
+            )
+        self.render_mode = render_mode
+        self.system_prompt = (
+            system_prompt if system_prompt is not None else self.default_system_prompt
+        )
+        self.observation_space = ChatMessages()
+        self.action_space = Utterance()
+        self.task: Task | None = None
+        self.messages: list[Message] = []
+        self._done = True
+
+    # -- hooks for subclasses ------------------------------------------------
+
+    def num_tasks(self, split: Split) -> int:
+        """How many tasks the split holds."""
+        raise NotImplementedError(f"{type(self).__name__} must implement num_tasks(split)")
+
+    def task_id(self, split: Split, index: int) -> str:
+        """The id of the split's `index`-th task (0 <= index < num_tasks(split))."""
+        raise NotImplementedError(f"{type(self).__name__} must implement task_id(split, index)")
+
+    def load_task(self, task_id: str) -> Task:
+        """The task with this id; raises KeyError naming the id when there is none."""
+        raise NotImplementedError(f"{type(self).__name__} must implement load_task(task_id)")
+
+    def respond(self, action: str) -> Feedback:
+        """Judges one assistant action against `self.task`."""
+        raise NotImplementedError(f"{type(self).__name__} must implement respond(action)")
+
+    def initial_messages(self, task: Task) -> list[Message]:
+        """The messages that open an episode on `task`."""
+        opening = [Message("system", self.system_prompt)] if self.system_prompt else []
+        return [*opening, Message("user", task.prompt)]
+
+    def tools(self) -> list[dict[str, Any]]:
+        """JSON schemas of the tools the agent may call; none by default."""
+        return []
+
+    # -- Gymnasium API -------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """Starts an episode on a task chosen by `seed`, or named by `options["task_id"]`.
+
+        Options:
+            split: "train" (default) or "test"; the two hold disjoint tasks.
+            task_id: a task id, as returned in `info["task_id"]`; overrides the seed.
+        """
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"split", "task_id"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; valid: split, task_id")
+        split = options.get("split", "train")
+        if split not in SPLITS:
+            raise ValueError(f"reset option 'split' is {split!r}; valid: {', '.join(SPLITS)}")
+        if "task_id" in options:
+            task_id = options["task_id"]
+        else:
+            task_id = self.task_id(split, int(self.np_random.integers(self.num_tasks(split))))
+        self.task = self.load_task(task_id)
+        self.messages = self.initial_messages(self.task)
+        self._done = False
+        split = self.task.metadata.get("split", split)
+        info = {"task_id": self.task.task_id, "split": split, "tools": self.tools()}
+        return [m.to_dict() for m in self.messages], info
+
+    def step(self, action: str) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
+        """Takes the assistant's text; returns the new messages, reward and flags."""
+        if self._done or self.task is None:
+            raise RuntimeError("step() called on a finished episode; call reset() first")
+        if not isinstance(action, str):
+            raise TypeError(
+                f"action must be the assistant's text (str), got {type(action).__name__}"
+            )
+        feedback = self.respond(action)
+        self.messages.append(Message("assistant", action))
+        self.messages.extend(feedback.messages)
+        self._done = feedback.terminated
+        info = {"task_id": self.task.task_id, "reward_parts": dict(feedback.reward_parts)}
+        info.update(feedback.info)
+        obs = [m.to_dict() for m in feedback.messages]
+        return obs, float(feedback.reward), feedback.terminated, False, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        return "\n".join(f"[{m.role}] {m.content}" for m in self.messages)
+
+
+class UnknownEnvError(ValueError):
+    """An environment name that is neither a short name nor a registered id."""
+
+
+def resolve_env_id(name: str) -> str:
+    """Maps a short name (`math`), a registered id, or `module:Env-v0` to a Gymnasium id."""
+    from agentgym import SHORT_NAMES
+
+    if name in SHORT_NAMES:
+        return SHORT_NAMES[name]
+    if ":" in name or name in gym.registry:
+        return name
+    ours = sorted(k for k in gym.registry if k.startswith("agentgym/"))
+    raise UnknownEnvError(
+        f"unknown environment {name!r}. Short names: {', '.join(sorted(SHORT_NAMES))}; "
+        f"agentgym ids: {', '.join(ours)}; or any registered Gymnasium id, or "
+        "'module:Env-v0' to import a module that registers it."
+    )
+
+
+def make_env(name: str, **kwargs: Any) -> gym.Env:
+    """`gymnasium.make` on a resolved name; the env must speak chat messages and text."""
+    env_id = resolve_env_id(name)
+    try:
+        env = gym.make(env_id, **kwargs)
+    except gym.error.Error as err:
+        raise UnknownEnvError(f"cannot make environment {name!r}: {err}") from err
+    if not isinstance(env.observation_space, ChatMessages) or not isinstance(
+        env.action_space, Utterance
+    ):
+        env.close()
+        raise UnknownEnvError(
+            f"environment {name!r} is not an agent environment: its observation space is "
+            f"{env.observation_space} and action space {env.action_space}; agentgym trains on "
+            "envs with ChatMessages observations and Utterance actions (subclass AgentEnv)"
+        )
+    return env

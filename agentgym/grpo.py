@@ -1,0 +1,275 @@
+"""GRPO advantages and policy losses, as pure tensor functions.
+
+What this implements, against GRPO as published (Shao et al. 2024,
+"DeepSeekMath", arXiv:2402.03300, outcome supervision, Sec. 4.1):
+
+- Advantages are the paper's group-normalised outcome rewards,
+  (r - group mean) / group std, one scalar per trajectory, broadcast to
+  every token it sampled. The std is the *population* std (divide by G), as
+  in the rollout code of the tutorial this project started from; TRL uses
+  the unbiased one (divide by G - 1). Departures: a reward of NaN
+  (unscorable) gets advantage 0 and is left out of its group's statistics,
+  and a group whose rewards are all equal gets 0 everywhere instead of
+  rounding noise divided by eps. `scale_by_std=False` drops the division, as
+  Dr. GRPO (Liu et al. 2025, arXiv:2503.20783) argues.
+- The loss "grpo" is the paper's: the PPO clipped surrogate plus beta times
+  the per-token k3 KL estimate to the reference policy (Schulman 2020,
+  "Approximating KL Divergence", http://joschu.net/blog/kl-approx.html; the
+  paper's Eq. 4), averaged over each sequence's tokens, then over sequences.
+  Departures: only tokens the policy sampled count (`loss_mask`; tool and
+  environment tokens of multi-turn episodes are 0), so |o_i| is the number
+  of sampled tokens; `old_logprobs` are whatever the learner passes (in this
+  project, the sampler's), so the ratio also absorbs sampler/trainer
+  numerical mismatch; log-ratios are clamped to +-20 so exp cannot overflow.
+- "token_mean" is DAPO's token-level loss (Yu et al. 2025, arXiv:2503.14476,
+  Sec. 3.3): sum over all sampled tokens / their count, so long answers are
+  not down-weighted. `epsilon_high` gives DAPO's clip-higher. DAPO's dynamic
+  sampling is not done here; `zero_variance_fraction` measures what it would
+  drop.
+- "dr_grpo" sums each sequence's token losses and divides by a constant,
+  the mask width T (Dr. GRPO). T is the padded length of what is
+  passed in: pad every micro-batch to the same width for a true constant.
+- No dual clip: for a negative advantage the loss grows with the ratio
+  without bound, as in PPO and the paper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+Aggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+_MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: far beyond any clip, far from float32 overflow
+
+
+def group_advantages(
+    rewards: Tensor, group_size: int, eps: float = 1e-8, *, scale_by_std: bool = True
+) -> Tensor:
+    """Group-relative advantage of each trajectory: (r - group mean) / (group std + eps).
+
+    Args:
+        rewards: [N] rewards, the G samples of each prompt contiguous. NaN marks an
+            unscorable sample: its advantage is 0 and it is left out of the group's
+            mean and std.
+        group_size: G, the samples per prompt.
+        eps: added to the std, as in the paper.
+        scale_by_std: False gives Dr. GRPO's r - group mean.
+
+    Returns:
+        [N] advantages (float). The std is the population std (divide by the number
+        of scored samples), not TRL's unbiased one. A group whose scored rewards are
+        all equal (or that has fewer than two) gets 0 throughout.
+
+    Raises:
+        ValueError: if `rewards` is not [N] or N is not a multiple of G.
+    """
+    groups, valid = _grouped(rewards, group_size)
+    count = valid.sum(dim=1, keepdim=True).clamp(min=1)
+    filled = torch.where(valid, groups, 0.0)
+    mean = filled.sum(dim=1, keepdim=True) / count
+    centered = torch.where(valid, groups - mean, 0.0)
+    adv = centered
+    if scale_by_std:
+        std = (centered.square().sum(dim=1, keepdim=True) / count).sqrt()
+        adv = centered / (std + eps)
+    flat = _all_equal(groups, valid).unsqueeze(1)
+    return torch.where(valid & ~flat, adv, 0.0).reshape(-1)
+
+
+def zero_variance_fraction(rewards: Tensor, group_size: int) -> float:
+    """Fraction of groups that give no learning signal: their scored rewards all equal.
+
+    `rewards` is [N], groups of `group_size` contiguous; NaN entries are ignored, and a
+    group with fewer than two scored rewards counts as zero-variance.
+    """
+    groups, valid = _grouped(rewards, group_size)
+    return _all_equal(groups, valid).float().mean().item()
+
+
+def _grouped(rewards: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
+    """Rewards as [N/G, G] floats and the mask of the non-NaN ones."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
+    if group_size < 1 or rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"{rewards.numel()} rewards cannot be split into groups of {group_size}: "
+            "N must be a positive multiple of group_size"
+        )
+    groups = (rewards if rewards.is_floating_point() else rewards.float()).view(-1, group_size)
+    return groups, ~torch.isnan(groups)
+
+
+def _all_equal(groups: Tensor, valid: Tensor) -> Tensor:
+    """[N/G] bool: the group's scored rewards are all equal (exactly, no tolerance)."""
+    high = torch.where(valid, groups, -torch.inf).amax(dim=1)
+    low = torch.where(valid, groups, torch.inf).amin(dim=1)
+    return (high == low) | (valid.sum(dim=1) < 2)
+
+
+def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Per-token k3 estimate of KL(policy || reference), >= 0; shapes [...] in and out.
+
+    With d = ref_logprobs - logprobs on tokens sampled from the policy,
+    k3 = exp(d) - d - 1 (Schulman 2020). d is clamped to +-20 against overflow.
+    """
+    d = (ref_logprobs - logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return torch.exp(d) - d - 1.0
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of `x` [...] where `mask` (same shape, any dtype) is nonzero, over `dim` or all.
+
+    Entries under a zero mask are ignored even if inf or NaN; an empty selection gives 0.
+    """
+    keep = mask.bool()
+    total = torch.where(keep, x, 0.0).sum() if dim is None else torch.where(keep, x, 0.0).sum(dim)
+    count = keep.sum() if dim is None else keep.sum(dim)
+    return total / count.clamp(min=1)
+
+
+def aggregate(per_token: Tensor, mask: Tensor, aggregation: Aggregation) -> Tensor:
+    """Reduces a [B, T] per-token loss to a scalar over the masked tokens.
+
+    "seq_mean_token_mean" (GRPO): mean over each sequence's tokens, then over all B
+    sequences (one with no tokens contributes 0). "token_mean" (DAPO): sum over all
+    tokens / their count. "seq_mean_token_sum_norm" (Dr. GRPO): each sequence's sum / T,
+    then mean over sequences.
+    """
+    if aggregation == "seq_mean_token_mean":
+        return masked_mean(per_token, mask, dim=-1).mean()
+    if aggregation == "token_mean":
+        return masked_mean(per_token, mask)
+    if aggregation == "seq_mean_token_sum_norm":
+        return torch.where(mask.bool(), per_token, 0.0).sum(-1).mean() / mask.shape[-1]
+    raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
+
+
+@dataclass(frozen=True)
+class LossOutput:
+    """What a policy loss returns. `loss == policy_loss + beta * kl` (same aggregation)."""
+
+    loss: Tensor  # scalar, differentiable: backpropagate this
+    policy_loss: Tensor  # scalar, detached: the aggregated clipped surrogate
+    kl: Tensor  # scalar, detached: aggregated k3 KL (0 without ref_logprobs)
+    clip_fraction: Tensor  # scalar, detached: share of masked tokens whose gradient is clipped
+
+
+def clipped_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    loss_mask: Tensor,
+    *,
+    ref_logprobs: Tensor | None = None,
+    epsilon: float = 0.2,
+    beta: float = 0.0,
+    epsilon_high: float | None = None,
+    aggregation: Aggregation = "seq_mean_token_mean",
+) -> LossOutput:
+    """PPO/GRPO clipped surrogate plus beta * k3 KL, reduced by `aggregation`.
+
+    Per token: -min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A) + beta * k3,
+    with ratio = exp(logprobs - old_logprobs). Positions where `loss_mask` is 0 affect
+    neither the loss nor any gradient, whatever they hold (even inf or NaN).
+
+    Args:
+        logprobs: [B, T] current-policy log-probs of the target tokens (requires grad).
+        old_logprobs: [B, T] log-probs of the same tokens under the sampling policy.
+        advantages: [B] one advantage per sequence.
+        loss_mask: [B, T] 1 on tokens the policy sampled, 0 elsewhere (any dtype).
+        ref_logprobs: [B, T] reference-policy log-probs; required when beta > 0.
+        epsilon: lower clip range (and upper, unless epsilon_high is given).
+        beta: KL coefficient.
+        epsilon_high: DAPO clip-higher upper range; None means epsilon.
+        aggregation: see `aggregate`.
+
+    Raises:
+        ValueError: on mismatched shapes, or beta > 0 without ref_logprobs.
+    """
+    if not logprobs.shape == old_logprobs.shape == loss_mask.shape or logprobs.dim() != 2:
+        raise ValueError(
+            "logprobs, old_logprobs and loss_mask must all be [B, T]; got "
+            f"{tuple(logprobs.shape)}, {tuple(old_logprobs.shape)}, {tuple(loss_mask.shape)}"
+        )
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(
+            f"advantages must be [B={logprobs.shape[0]}], got {tuple(advantages.shape)}"
+        )
+    if beta > 0 and ref_logprobs is None:
+        raise ValueError("beta > 0 needs ref_logprobs: pass the reference policy's log-probs")
+    keep = loss_mask.bool()
+    # Zero the masked positions *before* any exp, so their gradient is an exact 0, not 0*inf.
+    logp = torch.where(keep, logprobs, 0.0)
+    old = torch.where(keep, old_logprobs.detach(), 0.0)
+    log_ratio = (logp - old).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    ratio = torch.exp(log_ratio)
+    adv = advantages.detach().to(ratio.dtype).unsqueeze(1)
+    high = epsilon if epsilon_high is None else epsilon_high
+    per_token = -torch.minimum(ratio * adv, ratio.clamp(1.0 - epsilon, 1.0 + high) * adv)
+    clipped = ((ratio > 1.0 + high) & (adv > 0)) | ((ratio < 1.0 - epsilon) & (adv < 0))
+
+    policy_loss = aggregate(per_token, keep, aggregation)
+    loss, kl = policy_loss, torch.zeros((), device=logprobs.device)
+    if ref_logprobs is not None:
+        ref = torch.where(keep, ref_logprobs.detach(), 0.0)
+        kl = aggregate(kl_k3(logp, ref), keep, aggregation)
+        if beta > 0:
+            loss = policy_loss + beta * kl
+    return LossOutput(
+        loss=loss,
+        policy_loss=policy_loss.detach(),
+        kl=kl.detach(),
+        clip_fraction=masked_mean(clipped.float(), keep).detach(),
+    )
+
+
+PolicyLossFn = Callable[..., LossOutput]
+POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator adding a loss to POLICY_LOSSES under `name`; a taken name is a ValueError.
+
+    A registered loss is called as `fn(logprobs [B, T], old_logprobs [B, T],
+    advantages [B], loss_mask [B, T], *, ref_logprobs=None, epsilon=0.2, beta=0.0,
+    epsilon_high=None) -> LossOutput`.
+    """
+
+    def add(fn: PolicyLossFn) -> PolicyLossFn:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return add
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The registered loss called `name`; ValueError listing the known names otherwise."""
+    if name not in POLICY_LOSSES:
+        known = ", ".join(sorted(POLICY_LOSSES))
+        raise ValueError(f"unknown policy loss {name!r}; registered: {known}")
+    return POLICY_LOSSES[name]
+
+
+# The built-in losses differ only in how per-token terms are reduced.
+register_policy_loss("grpo")(partial(clipped_policy_loss, aggregation="seq_mean_token_mean"))
+register_policy_loss("token_mean")(partial(clipped_policy_loss, aggregation="token_mean"))
+register_policy_loss("dr_grpo")(partial(clipped_policy_loss, aggregation="seq_mean_token_sum_norm"))
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy in nats of each position's next-token distribution: [B, T, V] -> [B, T].
+
+    Computed in float32 via log_softmax; -inf logits (banned tokens) are fine.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    # 0 * log 0 := 0; zeroing -inf first keeps its gradient 0 instead of 0 * inf = NaN.
+    finite = torch.where(torch.isfinite(logp), logp, 0.0)
+    return -(logp.exp() * finite).sum(dim=-1)

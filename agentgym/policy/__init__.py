@@ -1,0 +1,1 @@
+"""Inference backends: transformers (`hf`) and vLLM (`vllm`)."""

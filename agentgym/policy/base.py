@@ -1,0 +1,45 @@
+"""The policy contract: token ids in, sampled token ids and their logprobs out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample completions."""
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled completion: the new ids, the sampler's logprob of each, and why it ended.
+
+    `logprobs[i]` is log p(ids[i]) under the distribution sampled from (logits
+    divided by the temperature, before top-p). The stop token, when one was
+    sampled, is the last id.
+    """
+
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: Literal["stop", "length"]
+
+
+class Policy(Protocol):
+    """What the rollout and the training loop need from an inference backend."""
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Samples one completion per prompt (repeat a prompt G times for a group)."""
+        ...
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copies updated weights in, after a learner step."""
+        ...

@@ -1,0 +1,161 @@
+"""The transformers backend: batched sampling with a KV cache, on CPU or one GPU.
+
+`generate` runs its own sampling loop rather than `model.generate`, for two
+reasons: it returns the logprob of each sampled id under the distribution it
+was sampled from (logits / temperature), without keeping every step's full
+logits, and its sampling is seeded by a private `torch.Generator`, so a run's
+draws do not depend on the global RNG.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from agentgym.policy.base import Generation, SamplingParams
+
+
+def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """Ids that end a turn: the tokenizer's eos, the generation config's, and `<|im_end|>`."""
+    ids: set[int] = set()
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is not None:
+        ids.update(eos if isinstance(eos, list) else [eos])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return ids
+
+
+def _cache_kwarg(model: PreTrainedModel) -> str:
+    """The forward() keyword for the KV cache: `cache` since transformers 5.x, else the old name."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(type(base).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device):
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None):
+    """Draws one id per row; returns (ids [B], logprob of each under logits / T)."""
+    logprobs = torch.log_softmax(logits / params.temperature, dim=-1)
+    probs = logprobs.exp()
+    if params.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_p.cumsum(-1) - sorted_p >= params.top_p  # keeps the top token always
+        sorted_p = sorted_p.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    ids = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    return ids, logprobs.gather(-1, ids[:, None]).squeeze(-1)
+
+
+class HFPolicy:
+    """A transformers causal LM as a policy.
+
+    Args:
+        model: The model to sample from (a peft model works too).
+        tokenizer: Its tokenizer; supplies pad and stop ids.
+        batch_size: Most sequences per forward pass; larger requests are chunked.
+    """
+
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.stop_ids = stop_token_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id
+        self._generator: torch.Generator | None = None
+        self._cache_kwarg = _cache_kwarg(model)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Samples one completion per prompt; see `Policy.generate`."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("generate() needs at least one prompt, and no empty prompt")
+        if params.seed is not None:
+            self._generator = torch.Generator(self.device).manual_seed(params.seed)
+        out: list[Generation] = []
+        for start in range(0, len(prompts), self.batch_size):
+            out.extend(self._generate_chunk(prompts[start : start + self.batch_size], params))
+        return out
+
+    @torch.no_grad()
+    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._decode_loop(prompts, params)
+        finally:
+            self.model.train(was_training)
+
+    def _decode_loop(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        ids, mask = _left_pad(prompts, self.pad_id, self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        stop = torch.tensor(sorted(self.stop_ids), device=self.device)
+        finished = torch.zeros(len(prompts), dtype=torch.bool, device=self.device)
+        new_ids, new_logps = [], []
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+        for _ in range(params.max_new_tokens):
+            token, logp = _sample(out.logits[:, -1, :].float(), params, self._generator)
+            token = torch.where(finished, self.pad_id, token)
+            new_ids.append(token)
+            new_logps.append(logp)
+            finished |= torch.isin(token, stop)
+            if bool(finished.all()):
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            positions = positions[:, -1:] + 1
+            out = self.model(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **{self._cache_kwarg: cache},
+            )
+        return self._collect(torch.stack(new_ids, 1).tolist(), torch.stack(new_logps, 1).tolist())
+
+    def _collect(self, rows: list[list[int]], logps: list[list[float]]) -> list[Generation]:
+        gens = []
+        for row, lp in zip(rows, logps, strict=True):
+            end = next((k for k, t in enumerate(row) if t in self.stop_ids), None)
+            if end is None:
+                gens.append(Generation(tuple(row), tuple(lp), "length"))
+            else:
+                gens.append(Generation(tuple(row[: end + 1]), tuple(lp[: end + 1]), "stop"))
+        return gens
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copies tensors into the model's parameters by name; unknown names are an error."""
+        params = dict(self.model.named_parameters())
+        for name, tensor in named_tensors:
+            if name not in params:
+                raise KeyError(f"load_weights: the model has no parameter {name!r}")
+            if params[name] is not tensor:
+                params[name].copy_(tensor)

@@ -1,0 +1,186 @@
+"""Runs G episodes per task, batching every live episode into one `generate` call per turn.
+
+The rollout owns the loss mask: ids the policy sampled get mask 1 and keep
+their sampler logprobs; everything else (the prompt, environment replies,
+template glue between turns) gets mask 0. Sampled ids are kept exactly as
+sampled, and only environment text is tokenized, as a chat-template suffix.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from transformers import PreTrainedTokenizerBase
+
+from agentgym.policy.base import Policy, SamplingParams
+from agentgym.types import Message, Trajectory, Turn
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Which task a group plays: a reset seed, or a task id, and the split."""
+
+    seed: int | None = None
+    task_id: str | None = None
+    split: str = "train"
+
+    def reset_kwargs(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"split": self.split}
+        if self.task_id is not None:
+            options["task_id"] = self.task_id
+        return {"seed": self.seed, "options": options}
+
+
+@dataclass
+class _Episode:
+    """Mutable state of one live episode while the rollout runs."""
+
+    env: gym.Env
+    task_id: str
+    group: int
+    messages: list[dict[str, str]]
+    tools: list[dict[str, Any]]
+    tokens: list[int]
+    prompt_length: int
+    opening: tuple[Message, ...]
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    parts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    reward: float = 0.0
+    finish_reason: str = "stop"
+    truncated: bool = False
+    done: bool = False
+
+
+_SENTINEL = "\u2063agentgym-end-of-content\u2063"
+
+
+def render(tokenizer: PreTrainedTokenizerBase, messages, tools, generation_prompt: bool) -> str:
+    """The chat template applied to messages, as text."""
+    return tokenizer.apply_chat_template(
+        messages, tools=tools or None, add_generation_prompt=generation_prompt, tokenize=False
+    )
+
+
+def continuation_ids(
+    tokenizer: PreTrainedTokenizerBase,
+    history: list[dict[str, str]],
+    tools: list[dict[str, Any]],
+    new_messages: list[dict[str, str]],
+    stopped: bool,
+) -> list[int]:
+    """Ids that follow the last sampled token: end of the assistant turn, then `new_messages`.
+
+    `history` ends with the assistant message just sampled. The text is the
+    difference of two template renderings, so it matches what the template
+    would produce for the whole conversation. When the sample ended with the
+    stop token, that token is already in the trajectory and is not repeated.
+    """
+    before = render(tokenizer, history, tools, generation_prompt=False)
+    after = render(tokenizer, history + new_messages, tools, generation_prompt=True)
+    if not after.startswith(before):
+        raise ValueError("the chat template does not render conversations append-only")
+    # what the template puts after the assistant's content: found with a sentinel content,
+    # since the real content may be empty or occur earlier in the conversation
+    marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]
+    glue = render(tokenizer, marked, tools, generation_prompt=False).rpartition(_SENTINEL)[2]
+    if stopped and tokenizer.eos_token and glue.startswith(tokenizer.eos_token):
+        glue = glue[len(tokenizer.eos_token) :]
+    return tokenizer.encode(glue + after[len(before) :], add_special_tokens=False)
+
+
+def _start(env: gym.Env, spec: TaskSpec, group: int, tokenizer) -> _Episode:
+    obs, info = env.reset(**spec.reset_kwargs())
+    tools = list(info.get("tools", []))
+    prompt = tokenizer.encode(render(tokenizer, obs, tools, True), add_special_tokens=False)
+    return _Episode(
+        env=env,
+        task_id=info["task_id"],
+        group=group,
+        messages=list(obs),
+        tools=tools,
+        tokens=list(prompt),
+        prompt_length=len(prompt),
+        opening=tuple(Message.from_dict(m) for m in obs),
+        loss_mask=[0] * len(prompt),
+        logprobs=[0.0] * len(prompt),
+    )
+
+
+def _advance(ep: _Episode, ids, logprobs, finish_reason: str, tokenizer) -> None:
+    """Appends one sampled turn, steps the environment, and appends its reply."""
+    ep.tokens.extend(ids)
+    ep.loss_mask.extend([1] * len(ids))
+    ep.logprobs.extend(logprobs)
+    ep.finish_reason = finish_reason
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    obs, reward, terminated, truncated, info = ep.env.step(text)
+    parts = {k: float(v) for k, v in info.get("reward_parts", {}).items()}
+    ep.turns.append(Turn(text, tuple(Message.from_dict(m) for m in obs), float(reward), parts))
+    ep.reward += float(reward)
+    for key, value in parts.items():
+        ep.parts[key] += value
+    ep.messages.append({"role": "assistant", "content": text})
+    ep.truncated = bool(truncated)
+    ep.done = bool(terminated or truncated)
+    if not ep.done:
+        more = continuation_ids(tokenizer, ep.messages, ep.tools, obs, finish_reason == "stop")
+        ep.messages.extend(obs)
+        ep.tokens.extend(more)
+        ep.loss_mask.extend([0] * len(more))
+        ep.logprobs.extend([0.0] * len(more))
+
+
+def collect(
+    envs: Sequence[gym.Env],
+    specs: Sequence[TaskSpec],
+    group_size: int,
+    policy: Policy,
+    tokenizer: PreTrainedTokenizerBase,
+    params: SamplingParams,
+    max_tokens: int | None = None,
+) -> list[Trajectory]:
+    """Plays `group_size` episodes of each task spec; returns trajectories grouped by task.
+
+    Args:
+        envs: At least len(specs) * group_size environments, reset here.
+        specs: One TaskSpec per group; the group's G episodes reset identically.
+        max_tokens: Episodes longer than this (in tokens) are truncated.
+    """
+    needed = len(specs) * group_size
+    if len(envs) < needed:
+        raise ValueError(f"collect() needs {needed} environments, got {len(envs)}")
+    episodes = [
+        _start(envs[g * group_size + k], spec, g, tokenizer)
+        for g, spec in enumerate(specs)
+        for k in range(group_size)
+    ]
+    while live := [ep for ep in episodes if not ep.done]:
+        gens = policy.generate([ep.tokens for ep in live], params)
+        for ep, gen in zip(live, gens, strict=True):
+            _advance(ep, gen.ids, gen.logprobs, gen.finish_reason, tokenizer)
+            if not ep.done and max_tokens is not None and len(ep.tokens) >= max_tokens:
+                ep.done = ep.truncated = True
+    return [_finish(ep) for ep in episodes]
+
+
+def _finish(ep: _Episode) -> Trajectory:
+    return Trajectory(
+        task_id=ep.task_id,
+        group=ep.group,
+        tokens=tuple(ep.tokens),
+        loss_mask=tuple(ep.loss_mask),
+        logprobs=tuple(ep.logprobs),
+        prompt_length=ep.prompt_length,
+        reward=ep.reward,
+        reward_parts=dict(ep.parts),
+        turns=tuple(ep.turns),
+        finish_reason=ep.finish_reason,
+        truncated=ep.truncated,
+        prompt_messages=ep.opening,
+    )

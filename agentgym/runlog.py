@@ -1,0 +1,97 @@
+"""A run's records: metrics.jsonl, TensorBoard scalars, sampled completions."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from agentgym.types import Trajectory
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """The seed tutorial's rollout metrics (section 7) over one step's trajectories.
+
+    `format_accuracy` is the share whose "format" reward part is positive;
+    `correctness_rate` the share whose "correctness" part reached 1.0 (a
+    fully correct answer). Both are NaN when the environment reports no such part.
+    """
+    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
+    lengths = torch.tensor([t.completion_length for t in trajectories], dtype=torch.float64)
+
+    def share(part: str, ok) -> float:
+        values = [t.reward_parts[part] for t in trajectories if part in t.reward_parts]
+        return sum(map(ok, values)) / len(values) if values else math.nan
+
+    return {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std(unbiased=False)),
+        "reward/max": float(rewards.max()),
+        "reward/min": float(rewards.min()),
+        "format_accuracy": share("format", lambda v: v > 0),
+        "correctness_rate": share("correctness", lambda v: v >= 1.0),
+        "avg_completion_length": float(lengths.mean()),
+        "truncated_fraction": sum(t.truncated for t in trajectories) / len(trajectories),
+    }
+
+
+class RunLog:
+    """Appends a step's metrics and completions under the run directory.
+
+    Args:
+        directory: The run directory (created if missing).
+        tensorboard: Also write TensorBoard event files under `directory/tb`.
+    """
+
+    def __init__(self, directory: Path, tensorboard: bool = True):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.directory / "tb"))
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        """Appends one line to metrics.jsonl (and TensorBoard)."""
+        record = {"step": step, **{k: _finite(v) for k, v in values.items()}}
+        with open(self.directory / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            for key, value in values.items():
+                if math.isfinite(value):
+                    self.writer.add_scalar(key, value, step)
+            self.writer.flush()
+
+    def completions(self, step: int, trajectories: Sequence[Trajectory], limit: int) -> None:
+        """Appends up to `limit` sampled episodes to completions.jsonl."""
+        with open(self.directory / "completions.jsonl", "a") as f:
+            for t in trajectories[:limit]:
+                record = {
+                    "step": step,
+                    "task_id": t.task_id,
+                    "group": t.group,
+                    "prompt": [m.to_dict() for m in t.prompt_messages],
+                    "turns": [
+                        {
+                            "action": turn.action,
+                            "observation": [m.to_dict() for m in turn.observation],
+                        }
+                        for turn in t.turns
+                    ],
+                    "reward": t.reward,
+                    "reward_parts": dict(t.reward_parts),
+                    "finish_reason": t.finish_reason,
+                }
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None

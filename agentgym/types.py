@@ -1,0 +1,151 @@
+"""Typed records passed between the stages of the data flow.
+
+Every stage hands the next one of these frozen dataclasses: environments speak
+in `Message`s, the rollout records `Turn`s into a `Trajectory`, and the learner
+consumes a `Batch` of padded tensors built from trajectories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message, as chat templates and environments exchange them."""
+
+    role: Role
+    content: str
+    name: str | None = None  # the tool's name, on tool messages
+
+    def to_dict(self) -> dict[str, str]:
+        """The message as the plain dict `tokenizer.apply_chat_template` takes."""
+        out = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        """Builds a message from a chat-template dict; raises ValueError naming the bad field."""
+        role = data.get("role")
+        if role not in ROLES:
+            raise ValueError(f"message field 'role' is {role!r}; valid roles: {', '.join(ROLES)}")
+        content = data.get("content")
+        if not isinstance(content, str):
+            raise ValueError(f"message field 'content' must be a str, got {type(content).__name__}")
+        return cls(role=role, content=content, name=data.get("name"))
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call parsed from an assistant message."""
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One assistant action and what the environment answered to it."""
+
+    action: str
+    observation: tuple[Message, ...]
+    reward: float
+    reward_parts: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One episode as token ids, with the mask of the tokens the policy sampled.
+
+    `tokens[:prompt_length]` is the chat-templated prompt. After it come the
+    policy's sampled ids (mask 1, with their sampler logprobs) interleaved with
+    tokenized environment replies (mask 0, logprob 0.0). The ids the policy
+    sampled are kept exactly; they are never decoded and re-encoded.
+    """
+
+    task_id: str
+    group: int
+    tokens: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    prompt_length: int
+    reward: float
+    reward_parts: Mapping[str, float]
+    turns: tuple[Turn, ...]
+    finish_reason: str
+    truncated: bool
+    prompt_messages: tuple[Message, ...] = ()
+
+    @property
+    def completion_length(self) -> int:
+        """Number of tokens the policy sampled in this episode."""
+        return sum(self.loss_mask)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Right-padded tensors for one learner step.
+
+    Shapes: `input_ids`, `attention_mask` are [N, L]. `loss_mask` and
+    `old_logprobs` are [N, L-1] and aligned with the *targets*: position t
+    describes token `input_ids[:, t+1]`, which the logits at t predict.
+    `advantages` is [N], one scalar per trajectory.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @classmethod
+    def from_trajectories(
+        cls, trajectories: Sequence[Trajectory], advantages: torch.Tensor, pad_id: int
+    ) -> Batch:
+        """Pads trajectories to one length; advantages[i] belongs to trajectories[i]."""
+        if len(trajectories) != len(advantages):
+            raise ValueError(f"{len(trajectories)} trajectories but {len(advantages)} advantages")
+        length = max(len(t.tokens) for t in trajectories)
+        n = len(trajectories)
+        input_ids = torch.full((n, length), pad_id, dtype=torch.long)
+        attention = torch.zeros((n, length), dtype=torch.long)
+        loss_mask = torch.zeros((n, length - 1), dtype=torch.float32)
+        old = torch.zeros((n, length - 1), dtype=torch.float32)
+        for i, t in enumerate(trajectories):
+            k = len(t.tokens)
+            input_ids[i, :k] = torch.tensor(t.tokens, dtype=torch.long)
+            attention[i, :k] = 1
+            # token j is predicted at position j-1
+            loss_mask[i, : k - 1] = torch.tensor(t.loss_mask[1:], dtype=torch.float32)
+            old[i, : k - 1] = torch.tensor(t.logprobs[1:], dtype=torch.float32)
+        return cls(input_ids, attention, loss_mask, old, advantages.to(torch.float32))
+
+    def split(self, micro_batch_size: int) -> list[Batch]:
+        """Cuts the batch into micro-batches, trimming each to its longest row."""
+        out = []
+        for start in range(0, self.size, micro_batch_size):
+            sl = slice(start, start + micro_batch_size)
+            length = int(self.attention_mask[sl].sum(dim=1).max())
+            out.append(
+                Batch(
+                    input_ids=self.input_ids[sl, :length],
+                    attention_mask=self.attention_mask[sl, :length],
+                    loss_mask=self.loss_mask[sl, : length - 1],
+                    old_logprobs=self.old_logprobs[sl, : length - 1],
+                    advantages=self.advantages[sl],
+                )
+            )
+        return out

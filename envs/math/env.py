@@ -1,0 +1,177 @@
+"""`MathEnv`: one-turn math problems from reasoning-gym, judged by math-verify.
+
+Each episode is one problem. The agent reasons and ends with `\\boxed{ANSWER}`;
+the reward is the tutorial's `math_reward + 0.1 * format_reward`.
+
+Tasks are procedural and offline. reasoning-gym builds item `i` of a dataset
+from `Random(seed + i)`, so each split reads its own stream of seeds, `_STREAM`
+apart, and the streams never share a generator state. Small problem spaces
+still repeat question texts across streams, so a train item whose question is
+in the test set is redrawn from the next stream, deterministically: train and
+test are disjoint in question text, and a task id always names the same task.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from agentgym.core import SPLITS, AgentEnv, Feedback, Split, Task
+from agentgym.rewards import Format, combine, extract_boxed, format_reward, math_reward
+
+GENERATORS: tuple[str, ...] = (
+    "gsm_symbolic",
+    "basic_arithmetic",
+    "chain_sum",
+    "products",
+    "leg_counting",
+)
+"""reasoning-gym datasets whose answers are numbers math-verify can judge."""
+
+DEFAULT_GENERATORS: tuple[str, ...] = ("gsm_symbolic", "basic_arithmetic", "chain_sum")
+
+_STREAM = 2**32  # seed distance between streams; seed + index stays below it
+_MAX_REDRAWS = 64
+_TASK_ID = re.compile(r"(?P<generator>\w+)/(?P<split>\w+)/(?P<index>\d+)")
+
+
+@functools.lru_cache(maxsize=256)
+def _dataset(name: str, size: int, seed: int) -> Any:
+    """A reasoning-gym dataset; items are generated on access, so this is cheap."""
+    import reasoning_gym  # ~2 s to import; only when a task is first needed
+
+    return reasoning_gym.create_dataset(name, size=size, seed=seed)
+
+
+@functools.lru_cache(maxsize=256)
+def _test_questions(name: str, size: int, seed: int) -> frozenset[str]:
+    """The question texts of a generator's test split."""
+    dataset = _dataset(name, size, seed + _STREAM)
+    return frozenset(dataset[i]["question"] for i in range(size))
+
+
+def _item(name: str, split: Split, index: int, sizes: dict[str, int], seed: int) -> dict:
+    """The reasoning-gym item behind one task id (a dict with question and answer)."""
+    if split == "test":
+        return _dataset(name, sizes["test"], seed + _STREAM)[index]
+    held_out = _test_questions(name, sizes["test"], seed)
+    for redraw in range(_MAX_REDRAWS):
+        stream = 0 if redraw == 0 else redraw + 1  # stream 1 is the test split's
+        item = _dataset(name, sizes["train"], seed + stream * _STREAM)[index]
+        if item["question"] not in held_out:
+            return item
+    raise RuntimeError(
+        f"{name}/train/{index}: {_MAX_REDRAWS} draws all repeat test questions; "
+        "the generator's problem space is too small for this test_size"
+    )
+
+
+def _check_size(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
+        raise ValueError(f"{field}={value!r}; valid: an int from 1 to 2**31 - 1")
+    return value
+
+
+def _check_generators(generators: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(generators, str):
+        generators = (generators,)
+    unknown = [g for g in generators if g not in GENERATORS]
+    if unknown or not generators:
+        raise ValueError(
+            f"generators={tuple(generators)!r}; valid: a non-empty subset of {GENERATORS}"
+        )
+    if len(set(generators)) != len(generators):
+        raise ValueError(f"generators={tuple(generators)!r} repeats a name")
+    return tuple(generators)
+
+
+class MathEnv(AgentEnv):
+    """Word problems and arithmetic with a boxed final answer; one step per episode.
+
+    Task ids read `"<generator>/<split>/<index>"`, e.g. `"basic_arithmetic/train/17"`.
+    The splits interleave the generators, so a seed picks any of them.
+
+    Args:
+        generators: reasoning-gym datasets to draw from; valid: `GENERATORS`.
+        train_size: Problems per generator in the train split.
+        test_size: Problems per generator in the test split (held out).
+        seed: Seed of the problem streams; the same seed gives the same tasks.
+        system_prompt: The system message; None for `default_system_prompt`.
+        render_mode: None or "ansi".
+    """
+
+    default_system_prompt = (
+        "Solve the problem. Reason step by step, then give the final answer as \\boxed{ANSWER}."
+    )
+    formats: tuple[Format, ...] = ("boxed",)
+    """What counts as well-formed: reasoning ended by one boxed answer."""
+    reward_weights = types.MappingProxyType({"correctness": 1.0, "format": 0.1})
+
+    def __init__(
+        self,
+        generators: Sequence[str] = DEFAULT_GENERATORS,
+        train_size: int = 10_000,
+        test_size: int = 300,
+        seed: int = 0,
+        system_prompt: str | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__(system_prompt=system_prompt, render_mode=render_mode)
+        self.generators = _check_generators(generators)
+        self.sizes = {
+            "train": _check_size("train_size", train_size),
+            "test": _check_size("test_size", test_size),
+        }
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+            raise ValueError(f"seed={seed!r}; valid: an int from 0 to 2**31 - 1")
+        self.seed = seed
+
+    def num_tasks(self, split: Split) -> int:
+        return len(self.generators) * self.sizes[split]
+
+    def task_id(self, split: Split, index: int) -> str:
+        if not 0 <= index < self.num_tasks(split):
+            raise IndexError(f"task index {index} out of range 0..{self.num_tasks(split) - 1}")
+        generator = self.generators[index % len(self.generators)]
+        return f"{generator}/{split}/{index // len(self.generators)}"
+
+    def load_task(self, task_id: str) -> Task:
+        generator, split, index = self._parse_task_id(task_id)
+        item = _item(generator, split, index, self.sizes, self.seed)
+        metadata = {"generator": generator, "split": split, "index": index}
+        return Task(task_id, item["question"], answer=str(item["answer"]), metadata=metadata)
+
+    def _parse_task_id(self, task_id: str) -> tuple[str, Split, int]:
+        """(generator, split, index) of a task id; KeyError naming the id if it is none."""
+        match = _TASK_ID.fullmatch(task_id) if isinstance(task_id, str) else None
+        if (
+            match is None
+            or match["generator"] not in self.generators
+            or match["split"] not in SPLITS
+            or int(match["index"]) >= self.sizes[match["split"]]
+        ):
+            raise KeyError(
+                f"no task {task_id!r}; ids read '<generator>/<split>/<index>' with generator in "
+                f"{self.generators}, split in {SPLITS}, index below {self.sizes['train']} "
+                f"(train) or {self.sizes['test']} (test)"
+            )
+        return match["generator"], match["split"], int(match["index"])
+
+    def respond(self, action: str) -> Feedback:
+        """Scores the boxed answer: `math_reward + 0.1 * format_reward`; ends the episode."""
+        expected = self.task.answer
+        parts = {
+            "correctness": math_reward(action, expected),
+            "format": format_reward(action, formats=self.formats),
+        }
+        info = {
+            "correct": parts["correctness"] == 1.0,
+            "format_ok": parts["format"] > 0,
+            "expected_answer": expected,
+            "extracted_answer": extract_boxed(action),
+        }
+        reward = combine(parts, self.reward_weights)
+        return Feedback(messages=(), reward=reward, reward_parts=parts, terminated=True, info=info)

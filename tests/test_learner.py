@@ -1,0 +1,85 @@
+"""The learner: a step moves the weights, accumulation is exact, LoRA's reference is free."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from agentgym.config import load_config
+from agentgym.learner import Learner, token_logprobs
+from agentgym.types import Batch
+
+
+def _batch(vocab: int, n: int = 4, length: int = 12, seed: int = 0) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (n, length), generator=g)
+    attention = torch.ones(n, length, dtype=torch.long)
+    attention[0, -3:] = 0  # one right-padded row
+    mask = torch.zeros(n, length - 1)
+    mask[:, 4:] = 1.0  # a 5-token prompt, then sampled tokens
+    mask[0, -3:] = 0.0
+    old = -torch.rand(n, length - 1, generator=g) * mask - 2.0 * mask
+    return Batch(ids, attention, mask, old, torch.tensor([1.0, -1.0, 0.5, -0.5]))
+
+
+def _config(**overrides):
+    base = {"optim.max_grad_norm": 1e9, "optim.lr": 1e-3}
+    return load_config(overrides={**base, **overrides})
+
+
+def _grads(model, config, batch):
+    learner = Learner(copy.deepcopy(model), config)
+    learner.step(batch)
+    return {n: p.grad.clone() for n, p in learner.model.named_parameters() if p.grad is not None}
+
+
+def test_a_step_changes_the_weights_and_reports_finite_metrics(tiny):
+    model, tokenizer = tiny
+    learner = Learner(copy.deepcopy(model), _config())
+    before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    stats = learner.step(_batch(len(tokenizer)))
+    changed = [n for n, p in learner.model.named_parameters() if not torch.equal(p, before[n])]
+    assert len(changed) > len(before) // 2
+    assert set(stats) >= {"loss/policy", "kl", "clip_fraction", "entropy", "grad_norm"}
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+    assert learner.reference is not None  # beta 0.04: a frozen copy
+    assert all(torch.equal(p, before[n]) for n, p in learner.reference.named_parameters())
+
+
+@pytest.mark.parametrize("loss", ["grpo", "token_mean"])
+def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny, loss):
+    model, tokenizer = tiny
+    batch = _batch(len(tokenizer))
+    whole = _grads(model, _config(**{"grpo.loss": loss, "optim.micro_batch_size": 4}), batch)
+    split = _grads(model, _config(**{"grpo.loss": loss, "optim.micro_batch_size": 1}), batch)
+    assert whole.keys() == split.keys()
+    for name in whole:
+        assert torch.allclose(whole[name], split[name], atol=1e-6, rtol=1e-4), name
+
+
+def test_lora_trains_adapters_only_and_uses_the_base_model_as_reference(tiny):
+    model, tokenizer = tiny
+    base = copy.deepcopy(model)
+    batch = _batch(len(tokenizer))
+    learner = Learner(copy.deepcopy(model), _config(**{"lora.enabled": True, "lora.r": 4}))
+    assert learner.reference is None
+    stats = learner.step(batch)
+    trained = {n for n, p in learner.model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n for n in trained)
+    ref = learner._reference_logprobs(batch)
+    with torch.no_grad():
+        expected, _ = token_logprobs(base, batch, 1.0)
+    assert torch.allclose(ref, expected, atol=1e-5)
+    with torch.no_grad():
+        current, _ = token_logprobs(learner.model, batch, 1.0)
+    assert not torch.allclose(current, expected, atol=1e-6)  # the adapters moved the policy
+    assert stats["kl"] >= 0.0
+
+
+def test_beta_zero_loads_no_reference_and_reports_zero_kl(tiny):
+    model, tokenizer = tiny
+    learner = Learner(copy.deepcopy(model), _config(**{"grpo.beta": 0.0}))
+    assert learner.reference is None
+    assert learner.step(_batch(len(tokenizer)))["kl"] == 0.0
