@@ -264,12 +264,12 @@ register_policy_loss("token_mean")(partial(clipped_policy_loss, aggregation="tok
 register_policy_loss("dr_grpo")(partial(clipped_policy_loss, aggregation="seq_mean_token_sum_norm"))
 
 
-def entropy_from_logits(logits: Tensor) -> Tensor:
+def entropy_from_logprobs(logprobs: Tensor) -> Tensor:
     """Entropy in nats of each position's next-token distribution: [B, T, V] -> [B, T].
 
-    Computed in float32 via log_softmax; -inf logits (banned tokens) are fine.
+    Takes log-softmax output (the learner already has it); -inf entries
+    (banned tokens) count as 0 * log 0 = 0.
     """
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    # 0 * log 0 := 0; zeroing -inf first keeps its gradient 0 instead of 0 * inf = NaN.
-    finite = torch.where(torch.isfinite(logp), logp, 0.0)
-    return -(logp.exp() * finite).sum(dim=-1)
+    # zeroing -inf first keeps its gradient 0 instead of 0 * inf = NaN
+    finite = torch.where(torch.isfinite(logprobs), logprobs, 0.0)
+    return -(logprobs.exp() * finite).sum(dim=-1)

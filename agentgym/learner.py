@@ -22,12 +22,27 @@ from agentgym.types import Batch
 
 
 def token_logprobs(model, batch: Batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logprobs [N, L-1] of each target token, and the logits [N, L-1, V] they came from."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logits = logits[:, :-1, :].float() / temperature
-    targets = batch.input_ids[:, 1:]
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
-    return logp, logits
+    """Logprobs [N, L-1] of each target token, and the entropy [N, L-1] of its distribution.
+
+    Logits are computed only from the first column any row's loss mask selects
+    (`logits_to_keep`), so prompt positions cost no vocabulary projection; the
+    columns before it read 0. The entropy is detached: it is a metric.
+    """
+    width = batch.loss_mask.shape[1]
+    active = batch.loss_mask.any(dim=0).nonzero()
+    first = int(active[0]) if len(active) else 0
+    keep = torch.arange(first, width, device=batch.input_ids.device)
+    out = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep
+    )
+    logsm = torch.log_softmax(out.logits.float() / temperature, dim=-1)
+    targets = batch.input_ids[:, first + 1 :]
+    kept = logsm.gather(-1, targets[..., None]).squeeze(-1)
+    logp = torch.cat([kept.new_zeros(batch.size, first), kept], dim=1)
+    with torch.no_grad():
+        entropy = torch.zeros_like(logp)
+        entropy[:, first:] = grpo.entropy_from_logprobs(logsm)
+    return logp, entropy
 
 
 def _wrap_lora(model: PreTrainedModel, config: Config) -> PreTrainedModel:
@@ -116,7 +131,7 @@ class Learner:
     def _backward(self, micro: Batch, weight: float) -> dict[str, float]:
         ref = self._reference_logprobs(micro)
         with self._forward_context():
-            logp, logits = token_logprobs(self.model, micro, self.config.sampling.temperature)
+            logp, entropy = token_logprobs(self.model, micro, self.config.sampling.temperature)
         out = self.loss_fn(
             logp,
             micro.old_logprobs,
@@ -127,13 +142,11 @@ class Learner:
             beta=self.config.grpo.beta,
         )
         (out.loss * weight).backward()
-        with torch.no_grad():
-            entropy = grpo.masked_mean(grpo.entropy_from_logits(logits.detach()), micro.loss_mask)
         return {
             "loss/policy": float(out.policy_loss),
             "kl": float(out.kl),
             "clip_fraction": float(out.clip_fraction),
-            "entropy": float(entropy),
+            "entropy": float(grpo.masked_mean(entropy, micro.loss_mask)),
         }
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

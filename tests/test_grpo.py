@@ -8,7 +8,7 @@ import torch
 from agentgym.grpo import (
     POLICY_LOSSES,
     clipped_policy_loss,
-    entropy_from_logits,
+    entropy_from_logprobs,
     get_policy_loss,
     group_advantages,
     kl_k3,
@@ -291,7 +291,7 @@ def test_masked_mean():
     close(masked_mean(x2, torch.tensor([[1, 1], [0, 0]]), dim=-1), [2.0, 0.0])
 
 
-def test_entropy_from_logits():
+def test_entropy_from_logprobs():
     # uniform over 4: ln 4.  probs [1/4, 3/4] (logits [0, ln 3]):
     # -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.25*1.386294 + 0.75*0.287682 = 0.562335.
     # one-hot through -inf logits: 0.
@@ -300,7 +300,7 @@ def test_entropy_from_logits():
         [[[0.0, 0.0, 0.0, 0.0], [0.0, math.log(3.0), -inf, -inf], [3.0, -inf, -inf, -inf]]],
         requires_grad=True,
     )
-    h = entropy_from_logits(logits)
+    h = entropy_from_logprobs(torch.log_softmax(logits, dim=-1))
     close(h, [[math.log(4.0), 0.562335, 0.0]])
     h.sum().backward()
     assert torch.isfinite(logits.grad).all()

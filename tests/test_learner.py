@@ -83,3 +83,17 @@ def test_beta_zero_loads_no_reference_and_reports_zero_kl(tiny):
     learner = Learner(copy.deepcopy(model), _config(**{"grpo.beta": 0.0}))
     assert learner.reference is None
     assert learner.step(_batch(len(tokenizer)))["kl"] == 0.0
+
+
+def test_token_logprobs_and_entropy_match_a_full_forward_pass(tiny):
+    model, tokenizer = tiny
+    batch = _batch(len(tokenizer))
+    with torch.no_grad():
+        logp, entropy = token_logprobs(model, batch, 0.8)
+        logits = model(input_ids=batch.input_ids).logits[:, :-1].float() / 0.8
+    full = torch.log_softmax(logits, -1)
+    expected = full.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    selected = batch.loss_mask.bool()
+    assert torch.allclose(logp[selected], expected[selected], atol=1e-5)
+    expected_entropy = -(full.exp() * full).sum(-1)
+    assert torch.allclose(entropy[selected], expected_entropy[selected], atol=1e-4)
