@@ -32,9 +32,7 @@ def token_logprobs(model, batch: Batch, temperature: float) -> tuple[torch.Tenso
     active = batch.loss_mask.any(dim=0).nonzero()
     first = int(active[0]) if len(active) else 0
     keep = torch.arange(first, width, device=batch.input_ids.device)
-    out = model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep
-    )
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep)
     logsm = torch.log_softmax(out.logits.float() / temperature, dim=-1)
     targets = batch.input_ids[:, first + 1 :]
     kept = logsm.gather(-1, targets[..., None]).squeeze(-1)
