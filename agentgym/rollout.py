@@ -17,7 +17,7 @@ import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
 from agentgym.policy.base import Policy, SamplingParams
-from agentgym.types import Message, Trajectory, Turn
+from agentgym.types import Completion, Message, Trajectory, Turn
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ class _Episode:
     logprobs: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     parts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    counts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    spans: list[tuple[int, int]] = field(default_factory=list)
     reward: float = 0.0
     finish_reason: str = "stop"
     truncated: bool = False
@@ -114,17 +116,19 @@ def _start(env: gym.Env, spec: TaskSpec, group: int, tokenizer) -> _Episode:
 
 def _advance(ep: _Episode, ids, logprobs, finish_reason: str, tokenizer) -> None:
     """Appends one sampled turn, steps the environment, and appends its reply."""
+    ep.spans.append((len(ep.tokens), len(ep.tokens) + len(ids)))
     ep.tokens.extend(ids)
     ep.loss_mask.extend([1] * len(ids))
     ep.logprobs.extend(logprobs)
     ep.finish_reason = finish_reason
     text = tokenizer.decode(ids, skip_special_tokens=True)
-    obs, reward, terminated, truncated, info = ep.env.step(text)
+    obs, reward, terminated, truncated, info = ep.env.step(Completion(text, finish_reason))
     parts = {k: float(v) for k, v in info.get("reward_parts", {}).items()}
     ep.turns.append(Turn(text, tuple(Message.from_dict(m) for m in obs), float(reward), parts))
     ep.reward += float(reward)
     for key, value in parts.items():
         ep.parts[key] += value
+    _count(ep.counts, info)
     ep.messages.append({"role": "assistant", "content": text})
     ep.truncated = bool(truncated)
     ep.done = bool(terminated or truncated)
@@ -134,6 +138,14 @@ def _advance(ep: _Episode, ids, logprobs, finish_reason: str, tokenizer) -> None
         ep.tokens.extend(more)
         ep.loss_mask.extend([0] * len(more))
         ep.logprobs.extend([0.0] * len(more))
+
+
+def _count(counts: dict[str, float], info: dict[str, Any]) -> None:
+    """Adds a step's tool counters (`tool_calls`, `tool_errors` by kind) to the episode's."""
+    if "tool_calls" in info:
+        counts["tool_calls"] += int(info["tool_calls"])
+    for kind, n in info.get("tool_errors", {}).items():
+        counts[f"tool_errors/{kind}"] += int(n)
 
 
 def collect(
@@ -183,4 +195,6 @@ def _finish(ep: _Episode) -> Trajectory:
         finish_reason=ep.finish_reason,
         truncated=ep.truncated,
         prompt_messages=ep.opening,
+        turn_spans=tuple(ep.spans),
+        counts=dict(ep.counts),
     )

@@ -27,6 +27,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         return sum(map(ok, values)) / len(values) if values else math.nan
 
     return {
+        **tool_metrics(trajectories),
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std(unbiased=False)),
         "reward/max": float(rewards.max()),
@@ -36,6 +37,26 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "avg_completion_length": float(lengths.mean()),
         "truncated_fraction": sum(t.truncated for t in trajectories) / len(trajectories),
     }
+
+
+def tool_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Tool-call counts: calls per episode, and errors per call, overall and by kind.
+
+    Empty when no environment reported tool calls.
+    """
+    totals: dict[str, float] = {}
+    for t in trajectories:
+        for key, value in t.counts.items():
+            totals[key] = totals.get(key, 0.0) + value
+    if "tool_calls" not in totals:
+        return {}
+    calls = totals.pop("tool_calls")
+    errors = {k.removeprefix("tool_errors/"): v for k, v in totals.items() if k.startswith("tool_")}
+    out = {"tools/calls_per_episode": calls / len(trajectories)}
+    out["tools/error_rate"] = sum(errors.values()) / calls if calls else 0.0
+    for kind, n in sorted(errors.items()):
+        out[f"tools/error_rate/{kind}"] = n / calls if calls else 0.0
+    return out
 
 
 class RunLog:

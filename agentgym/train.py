@@ -24,7 +24,7 @@ from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout import TaskSpec, collect
 from agentgym.runlog import RunLog, rollout_metrics
-from agentgym.types import Batch
+from agentgym.types import Batch, Trajectory
 
 
 def seed_everything(seed: int) -> None:
@@ -48,6 +48,52 @@ def _progress() -> Progress:
     )
 
 
+def sampling_params(config: Config, rng: np.random.Generator) -> SamplingParams:
+    """This step's sampling parameters, with a fresh seed drawn from the run's generator."""
+    s = config.sampling
+    return SamplingParams(
+        max_new_tokens=s.max_new_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        seed=int(rng.integers(2**31 - 1)),
+    )
+
+
+def train_step(
+    config: Config,
+    rng: np.random.Generator,
+    envs: list,
+    policy: HFPolicy,
+    learner: Learner,
+    tokenizer,
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """One GRPO step: rollout, advantages, learner update, weight sync. Returns its metrics."""
+    g = config.grpo
+    start = time.perf_counter()
+    specs = task_specs(rng, g.tasks_per_step)
+    trajectories = collect(
+        envs, specs, g.group_size, policy, tokenizer, sampling_params(config, rng),
+        max_tokens=config.sampling.max_episode_tokens,
+    )  # fmt: skip
+    rollout_seconds = time.perf_counter() - start
+    rewards = torch.tensor([t.reward for t in trajectories])
+    advantages = grpo.group_advantages(rewards, g.group_size)
+    batch = Batch.from_trajectories(trajectories, advantages, tokenizer.pad_token_id)
+    stats = learner.step(batch)
+    if policy.model is not learner.model:
+        policy.load_weights(learner.named_weights())
+    seconds = time.perf_counter() - start
+    metrics = {
+        **rollout_metrics(trajectories),
+        **stats,
+        "zero_variance_groups": grpo.zero_variance_fraction(rewards, g.group_size),
+        "step_seconds": seconds,
+        "rollout_seconds": rollout_seconds,
+        "tokens_per_second": float(batch.loss_mask.sum()) / seconds,
+    }
+    return trajectories, metrics
+
+
 def train(config: Config) -> Path:
     """Runs `config.run.steps` GRPO steps; returns the run directory."""
     run, g = config.run, config.grpo
@@ -59,47 +105,17 @@ def train(config: Config) -> Path:
     envs = [make_env(run.env, **run.env_kwargs) for _ in range(g.tasks_per_step * g.group_size)]
     log = RunLog(run.output, tensorboard=run.tensorboard)
     rng = np.random.default_rng(run.seed)
-    sampling = config.sampling
     try:
         with _progress() as bar:
             task = bar.add_task("train", total=run.steps, reward=0.0, sps=0.0)
             for step in range(1, run.steps + 1):
-                start = time.perf_counter()
-                params = SamplingParams(
-                    max_new_tokens=sampling.max_new_tokens,
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    seed=int(rng.integers(2**31 - 1)),
-                )
-                trajectories = collect(
-                    envs,
-                    task_specs(rng, g.tasks_per_step),
-                    g.group_size,
-                    policy,
-                    tokenizer,
-                    params,
-                )
-                rollout_s = time.perf_counter() - start
-                rewards = torch.tensor([t.reward for t in trajectories])
-                advantages = grpo.group_advantages(rewards, g.group_size)
-                batch = Batch.from_trajectories(trajectories, advantages, tokenizer.pad_token_id)
-                stats = learner.step(batch)
-                if policy.model is not learner.model:
-                    policy.load_weights(learner.named_weights())
-                seconds = time.perf_counter() - start
-                metrics = {
-                    **rollout_metrics(trajectories),
-                    **stats,
-                    "zero_variance_groups": grpo.zero_variance_fraction(rewards, g.group_size),
-                    "step_seconds": seconds,
-                    "rollout_seconds": rollout_s,
-                    "tokens_per_second": float(batch.loss_mask.sum()) / seconds,
-                }
+                trajectories, metrics = train_step(config, rng, envs, policy, learner, tokenizer)
                 log.metrics(step, metrics)
                 log.completions(step, trajectories, run.log_completions)
                 if step % run.save_every == 0 or step == run.steps:
                     save_checkpoint(run.output, step, learner.model, tokenizer, config)
-                bar.update(task, advance=1, reward=metrics["reward/mean"], sps=seconds)
+                reward, seconds = metrics["reward/mean"], metrics["step_seconds"]
+                bar.update(task, advance=1, reward=reward, sps=seconds)
     finally:
         log.close()
         for env in envs:

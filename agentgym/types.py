@@ -44,6 +44,21 @@ class Message:
         return cls(role=role, content=content, name=data.get("name"))
 
 
+class Completion(str):
+    """The assistant's text as an action, remembering why its generation ended.
+
+    A plain `str` to Gymnasium and to any environment; an environment that
+    cares (a tool call cut off by the token limit) reads `finish_reason`.
+    """
+
+    finish_reason: str
+
+    def __new__(cls, text: str, finish_reason: str = "stop") -> Completion:
+        obj = super().__new__(cls, text)
+        obj.finish_reason = finish_reason
+        return obj
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """A tool call parsed from an assistant message."""
@@ -84,6 +99,11 @@ class Trajectory:
     finish_reason: str
     truncated: bool
     prompt_messages: tuple[Message, ...] = ()
+    turn_spans: tuple[tuple[int, int], ...] = ()
+    counts: Mapping[str, float] = field(default_factory=dict)
+    """`turn_spans[k]` is the [start, end) of turn k's sampled ids in `tokens`.
+    `counts` sums the numeric counters environments report in `info` over the
+    episode: "tool_calls" and "tool_errors/<kind>"."""
 
     @property
     def completion_length(self) -> int:
