@@ -22,8 +22,8 @@ train: $(STAMP)
 	$(BIN)/agentgym train --env math --config configs/math.yaml
 
 lint: $(STAMP)
-	$(BIN)/ruff check agentgym envs sandboxes tests
-	$(BIN)/ruff format --check agentgym envs sandboxes tests
+	$(BIN)/ruff check agentgym envs sandboxes tests bench
+	$(BIN)/ruff format --check agentgym envs sandboxes tests bench
 
 test: lint
 	$(BIN)/pytest -q

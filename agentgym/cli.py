@@ -1,4 +1,4 @@
-"""The `agentgym` command: train, envs."""
+"""The `agentgym` command: train, envs, doctor."""
 
 from __future__ import annotations
 
@@ -36,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
     sub.add_parser("envs", help="List the registered agent environments.")
+    doctor = sub.add_parser("doctor", help="Check a model's chat template for tool use.")
+    doctor.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (default)")
+    doctor.add_argument(
+        "--format", choices=["hermes", "react", "all"], default="all", help="tool-call format"
+    )
     return parser
 
 
@@ -89,6 +94,20 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from agentgym.doctor import run_doctor
+    from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+
+    _, tokenizer = load_model_and_tokenizer(args.model)
+    formats = ["hermes", "react"] if args.format == "all" else [args.format]
+    console = Console()
+    name = resolve_model_name(args.model)
+    results = [run_doctor(tokenizer, name, f, console) for f in formats]
+    return 0 if all(results) else 1
+
+
 def _first_doc_line(module: str, cls_name: str) -> str:
     import importlib
 
@@ -103,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym.policy.models import ModelNotFoundError
 
     args = build_parser().parse_args(argv)
-    commands = {"train": cmd_train, "envs": cmd_envs}
+    commands = {"train": cmd_train, "envs": cmd_envs, "doctor": cmd_doctor}
     try:
         return commands[args.command](args)
     except (ConfigError, UnknownEnvError, ModelNotFoundError) as err:

@@ -1,0 +1,69 @@
+"""`agentgym doctor`: passes on usable templates, fails with a hint on broken ones."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from rich.console import Console
+
+from agentgym.cli import main
+from agentgym.doctor import check_mask, check_prefix, run_doctor, sample_conversation
+
+# Renders only the last user message in full: not append-only, like templates that
+# strip earlier turns' reasoning.
+FORGETFUL = (
+    "{% for m in messages %}{% if loop.last or m['role'] != 'user' %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "react"])
+def test_doctor_passes_on_tiny_random(tiny, fmt):
+    _, tokenizer = tiny
+    assert run_doctor(tokenizer, "tiny-random", fmt, Console(file=None, quiet=True))
+
+
+def test_mask_covers_exactly_the_assistant_text(tiny):
+    _, tokenizer = tiny
+    messages = sample_conversation("hermes")
+    check, ids, mask = check_mask(tokenizer, messages)
+    assert check.ok, check.detail
+    agent = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    assert "<tool_call>" in agent and "\\boxed{440036670}" in agent
+    masked = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if not m])
+    assert "<tool_response>" in masked and "48213 * 9127 - 3381?" in masked
+    assert "\\boxed" not in masked
+
+
+def test_a_template_that_rewrites_history_fails_with_a_hint(tiny):
+    _, tokenizer = tiny
+    broken = copy.deepcopy(tokenizer)
+    broken.chat_template = FORGETFUL
+    check = check_prefix(broken, sample_conversation("hermes"))
+    assert not check.ok
+    assert "rewrites" in check.detail and "append-only" in check.hint
+
+
+def test_cli_doctor_exit_codes(capsys):
+    assert main(["doctor", "--model", "tiny-random"]) == 0
+    out = capsys.readouterr().out
+    assert "prefix-consistent" in out and "FAIL" not in out
+
+
+@pytest.mark.slow
+def test_doctor_passes_on_the_embedded_model(capsys):
+    assert main(["doctor"]) == 0
+    assert "FAIL" not in capsys.readouterr().out
+
+
+def test_cli_doctor_fails_on_a_model_whose_template_rewrites_history(tiny, tmp_path, capsys):
+    model, tokenizer = tiny
+    broken = copy.deepcopy(tokenizer)
+    broken.chat_template = FORGETFUL
+    model.save_pretrained(tmp_path)
+    broken.save_pretrained(tmp_path)
+    assert main(["doctor", "--model", str(tmp_path), "--format", "hermes"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL prefix-consistent" in out and "hint:" in out
