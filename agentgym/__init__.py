@@ -10,12 +10,19 @@ from agentgym.types import Batch, Message, ToolCall, Trajectory, Turn
 
 __version__ = "0.1.0"
 
-SHORT_NAMES = {"math": "agentgym/Math-v0"}
+SHORT_NAMES = {"math": "agentgym/Math-v0", "tool_call": "agentgym/ToolCall-v0"}
 
 if "agentgym/Math-v0" not in gym.registry:
     gym.register(
         id="agentgym/Math-v0",
         entry_point="agentgym.envs.math.env:MathEnv",
+    )
+
+if "agentgym/ToolCall-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/ToolCall-v0",
+        entry_point="agentgym.envs.tool_call.env:ToolCallEnv",
+        max_episode_steps=6,
     )
 
 __all__ = [

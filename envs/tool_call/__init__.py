@@ -1,0 +1,1 @@
+"""Built-in tool-use environment: calculator, SQL and chained tasks."""

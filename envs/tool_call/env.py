@@ -1,0 +1,193 @@
+"""`ToolCallEnv`: questions that take a calculator, a SQL database, or both, to answer.
+
+Three task families (see `tasks.py`): `calculator` (long arithmetic), `sql`
+(counts and sums over a seeded shop database) and `chain` (a sum from the
+database, then tax on it with the calculator). Each task has one correct
+answer and a reference solution, `ToolCallEnv.reference_solution(task_id)`,
+whose calls are the expected calls of the "tool" reward part. Arguments are
+judged by meaning, not spelling: two expressions match when they have the same
+value, two queries when they return the same rows.
+
+The reward is `ToolEnv`'s (correctness 1.0, tool 0.5, format 0.1 by default);
+register with `max_episode_steps` to bound the turns (6 for `agentgym/ToolCall-v0`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from agentgym.core import SPLITS, Split, Task
+from agentgym.envs.tool_call.calculator import calculate, same_value
+from agentgym.envs.tool_call.store import SCHEMA_TEXT, ReadOnlyStore
+from agentgym.envs.tool_call.tasks import FAMILIES, family_size, problem
+from agentgym.tool_env import ExpectedCall, ToolEnv
+from agentgym.tools import Tool, tool
+from agentgym.types import ToolCall
+
+_TASK_ID = re.compile(r"(?P<family>\w+)/(?P<split>\w+)/(?P<index>\d+)")
+_TOOLS_OF = {"calculator": ("calculator",), "sql": ("sql",), "chain": ("sql", "calculator")}
+
+
+@tool
+def calculator(expression: str) -> str:
+    """Evaluates an arithmetic expression exactly and returns its value.
+
+    Args:
+        expression: Numbers combined with + - * / // % ** and parentheses, e.g. "(12 + 3) * 4.5".
+    """
+    return calculate(expression)
+
+
+def _sql(query: str) -> str:
+    """Runs one read-only SQLite query on the shop database; returns the rows as a table.
+
+    Args:
+        query: A single SELECT statement.
+    """
+    raise RuntimeError("the sql tool is bound to an environment's store by ToolCallEnv")
+
+
+SQL_TOOL: Tool = tool(_sql, name="sql")
+"""The `sql` tool's schema; each env binds it to its own store (no pydantic model per env)."""
+
+
+def _same_expression(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
+    return same_value(expected["expression"], actual.get("expression"))
+
+
+def _check_families(families: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(families, str):
+        families = (families,)
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown or not families or len(set(families)) != len(families):
+        raise ValueError(
+            f"families={tuple(families)!r}; valid: a non-empty subset of {FAMILIES}, "
+            "without repeats"
+        )
+    return tuple(families)
+
+
+class ToolCallEnv(ToolEnv):
+    """Tool-use questions on arithmetic and a shop database; several turns per episode.
+
+    Task ids read `"<family>/<split>/<index>"`, e.g. `"calculator/train/17"`.
+    The splits interleave the families, so a seed picks any of them with equal
+    chance; a family smaller than the largest one repeats within the split.
+
+    Args:
+        families: Task families to draw from; valid: `FAMILIES`.
+        seed: Seed of the problems and of the shop database.
+        tool_format, max_turns, max_result_chars, max_calls_per_turn,
+        reward_weights, system_prompt, render_mode: as for `ToolEnv`.
+    """
+
+    def __init__(
+        self,
+        families: Sequence[str] = FAMILIES,
+        seed: int = 0,
+        tool_format: Literal["hermes", "react"] = "hermes",
+        max_turns: int | None = None,
+        max_result_chars: int = 2000,
+        max_calls_per_turn: int = 4,
+        reward_weights: Mapping[str, float] | None = None,
+        system_prompt: str | None = None,
+        render_mode: str | None = None,
+    ):
+        self.families = _check_families(families)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+            raise ValueError(f"seed={seed!r}; valid: an int from 0 to 2**31 - 1")
+        self.seed = seed
+        self.store = ReadOnlyStore(seed)
+        super().__init__(
+            tool_format=tool_format,
+            max_turns=max_turns,
+            max_result_chars=max_result_chars,
+            max_calls_per_turn=max_calls_per_turn,
+            reward_weights=reward_weights,
+            system_prompt=system_prompt if system_prompt is not None else self._instructions(),
+            render_mode=render_mode,
+        )
+
+    def _instructions(self) -> str:
+        uses = {name for f in self.families for name in _TOOLS_OF[f]}
+        text = "Answer the user's question with the help of the tools; never guess a number."
+        if "calculator" in uses:
+            text += " Do all arithmetic with the calculator tool."
+        if "sql" in uses:
+            text += (
+                " Look data up with the sql tool. The shop database (SQLite) has these "
+                f"tables:\n{SCHEMA_TEXT}"
+            )
+        return text + "\nGive exact numbers; round only when the question asks you to."
+
+    # -- tools -----------------------------------------------------------------
+
+    def make_tools(self) -> list[Tool]:
+        uses = {name for f in self.families for name in _TOOLS_OF[f]}
+        tools = [calculator] if "calculator" in uses else []
+        if "sql" in uses:
+            tools.append(dataclasses.replace(SQL_TOOL, fn=self.store.run))
+        return tools
+
+    def _same_rows(self, expected: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
+        return self.store.same_result(expected["query"], actual.get("query"))
+
+    def expected_calls(self, task: Task) -> list[ExpectedCall]:
+        matchers = {"calculator": _same_expression, "sql": self._same_rows}
+        return [
+            ExpectedCall(c.name, c.arguments, matchers[c.name])
+            for c in task.metadata["reference_calls"]
+        ]
+
+    def reference_solution(self, task_id: str) -> tuple[list[ToolCall], str]:
+        """The calls that solve the task, in order, and its final answer."""
+        task = self.load_task(task_id)
+        return list(task.metadata["reference_calls"]), task.answer
+
+    def close(self) -> None:
+        self.store.close()
+        super().close()
+
+    # -- tasks -----------------------------------------------------------------
+
+    def _size(self, family: str, split: Split) -> int:
+        return family_size(family, self.seed, split)
+
+    def num_tasks(self, split: Split) -> int:
+        return len(self.families) * max(self._size(f, split) for f in self.families)
+
+    def task_id(self, split: Split, index: int) -> str:
+        if not 0 <= index < self.num_tasks(split):
+            raise IndexError(f"task index {index} out of range 0..{self.num_tasks(split) - 1}")
+        family = self.families[index % len(self.families)]
+        return f"{family}/{split}/{(index // len(self.families)) % self._size(family, split)}"
+
+    def load_task(self, task_id: str) -> Task:
+        family, split, index = self._parse_task_id(task_id)
+        found = problem(family, self.seed, split, index)
+        metadata = {
+            "family": family,
+            "split": split,
+            "index": index,
+            "reference_calls": found.calls,
+        }
+        return Task(task_id, found.prompt, answer=found.answer, metadata=metadata)
+
+    def _parse_task_id(self, task_id: str) -> tuple[str, Split, int]:
+        """(family, split, index) of a task id; KeyError naming the id if it is none."""
+        match = _TASK_ID.fullmatch(task_id) if isinstance(task_id, str) else None
+        if (
+            match is None
+            or match["family"] not in self.families
+            or match["split"] not in SPLITS
+            or int(match["index"]) >= self._size(match["family"], match["split"])
+        ):
+            sizes = {f"{f}/{s}": self._size(f, s) for f in self.families for s in SPLITS}
+            raise KeyError(
+                f"no task {task_id!r}; ids read '<family>/<split>/<index>' with family in "
+                f"{self.families}, split in {SPLITS}, index below the family's size {sizes}"
+            )
+        return match["family"], match["split"], int(match["index"])

@@ -1,0 +1,215 @@
+"""The task families of `ToolCallEnv`: seeded problems, each with a reference solution.
+
+A family maps (seed, split, index) to a `Problem`: the prompt, the one correct
+answer, and the tool calls of a reference solution. Every problem needs a
+tool: the arithmetic is too long to do reliably in one's head, and the data
+lives only in the shop database.
+
+The splits are disjoint by construction, not by luck:
+
+- `calculator`: the operands of a train problem sum to an even number, those of
+  a test problem to an odd one (a draw with the wrong parity is redrawn), so no
+  expression is in both splits.
+- `sql` and `chain`: questions about customers and products with odd ids are
+  train questions, even ids test ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+
+from agentgym.core import Split
+from agentgym.envs.tool_call.calculator import evaluate, format_number
+from agentgym.envs.tool_call.store import YEARS, shop_data
+from agentgym.types import ToolCall
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task: its prompt, its answer, and the calls of a reference solution."""
+
+    prompt: str
+    answer: str
+    calls: tuple[ToolCall, ...]
+
+
+CALCULATOR_SIZES = {"train": 100_000, "test": 500}
+TAX_RATES = ("5", "6.5", "7", "7.25", "8", "8.5", "9.5", "12")
+
+
+def _split_parity(split: Split) -> int:
+    return 0 if split == "train" else 1
+
+
+# -- calculator -----------------------------------------------------------------
+
+
+def _calc_templates(rng: random.Random) -> tuple[str, list[int]]:
+    """One expression and its operands."""
+    r = rng.randint
+    kind = rng.randrange(6)
+    if kind == 0:
+        ops = [r(10_000, 99_999), r(1000, 9999), r(1000, 9999)]
+        return "{} * {} - {}".format(*ops), ops
+    if kind == 1:
+        ops = [r(1000, 99_999), r(1000, 99_999), r(100, 9999)]
+        return "({} + {}) * {}".format(*ops), ops
+    if kind == 2:
+        ops = [r(100, 9999), r(100, 9999), r(100, 9999), r(100, 9999)]
+        return "{} * {} + {} * {}".format(*ops), ops
+    if kind == 3:  # exact division: the divisor divides the multiplier
+        a, b, d = r(10_000, 99_999), r(100, 9999), r(3, 97)
+        ops = [a, b, d * r(11, 99), d]
+        return "({} - {}) * {} / {}".format(*ops), ops
+    if kind == 4:
+        ops = [r(101, 999), r(100, 999), r(100, 999)]
+        return "{} ** 3 - {} * {}".format(*ops), ops
+    ops = [r(100_000, 999_999), r(101, 9999), r(10, 999), r(100, 999)]
+    return "{} % {} + {} * {}".format(*ops), ops
+
+
+def calculator_problem(seed: int, split: Split, index: int) -> Problem:
+    rng = random.Random(f"agentgym/tool_call/calculator/{seed}/{split}/{index}")
+    while True:
+        expression, operands = _calc_templates(rng)
+        if sum(operands) % 2 == _split_parity(split):
+            break
+    answer = format_number(evaluate(expression))
+    call = ToolCall("calculator", {"expression": expression})
+    return Problem(f"What is {expression}?", answer, (call,))
+
+
+# -- sql ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the questions ask about, computed from the seeded rows in Python."""
+
+    orders_in_year: dict[tuple[int, int], int]  # (customer, year) -> orders
+    cents_in_year: dict[tuple[int, int], int]  # (customer, year) -> spent, in cents
+    quantity: dict[int, int]  # product -> units sold
+    distinct_products: dict[int, int]  # customer -> different products ordered
+
+
+@functools.lru_cache(maxsize=16)
+def _facts(seed: int) -> _Facts:
+    data = shop_data(seed)
+    price = {p[0]: p[3] for p in data.products}
+    orders, cents, quantity = Counter(), Counter(), Counter()
+    bought = defaultdict(set)
+    for _, customer, product, qty, day in data.orders:
+        key = (customer, int(day[:4]))
+        orders[key] += 1
+        cents[key] += qty * price[product]
+        quantity[product] += qty
+        bought[customer].add(product)
+    return _Facts(dict(orders), dict(cents), dict(quantity), {c: len(p) for c, p in bought.items()})
+
+
+def _sql(query: str) -> ToolCall:
+    return ToolCall("sql", {"query": query})
+
+
+_BY_CUSTOMER = "FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.name = '{}'"
+
+
+def _sql_problems(seed: int, split: Split) -> list[Problem]:
+    data, facts = shop_data(seed), _facts(seed)
+    parity = 1 - _split_parity(split)  # odd ids train, even ids test
+    problems = []
+    for cid, name, _ in data.customers:
+        if cid % 2 != parity:
+            continue
+        for year in YEARS:
+            if n := facts.orders_in_year.get((cid, year)):
+                query = (
+                    f"SELECT COUNT(*) {_BY_CUSTOMER.format(name)} AND o.order_date LIKE '{year}-%'"
+                )
+                prompt = f"How many orders did customer '{name}' place in {year}?"
+                problems.append(Problem(prompt, str(n), (_sql(query),)))
+        if n := facts.distinct_products.get(cid):
+            query = f"SELECT COUNT(DISTINCT o.product_id) {_BY_CUSTOMER.format(name)}"
+            prompt = f"How many different products has customer '{name}' ordered?"
+            problems.append(Problem(prompt, str(n), (_sql(query),)))
+    for pid, name, _, _ in data.products:
+        if pid % 2 == parity and (n := facts.quantity.get(pid)):
+            query = (
+                "SELECT SUM(o.quantity) FROM orders o JOIN products p ON p.id = o.product_id "
+                f"WHERE p.name = '{name}'"
+            )
+            prompt = f"What is the total quantity of product '{name}' sold, over all orders?"
+            problems.append(Problem(prompt, str(n), (_sql(query),)))
+    return problems
+
+
+# -- chain: sql, then calculator ------------------------------------------------
+
+
+def _chain_problems(seed: int, split: Split) -> list[Problem]:
+    data, facts = shop_data(seed), _facts(seed)
+    parity = 1 - _split_parity(split)
+    problems = []
+    for cid, name, _ in data.customers:
+        for year in YEARS:
+            cents = facts.cents_in_year.get((cid, year))
+            if cid % 2 != parity or not cents:
+                continue
+            total = Decimal(cents) / 100
+            for rate in TAX_RATES:
+                multiplier = 1 + Decimal(rate) / 100
+                exact = total * multiplier
+                if (exact * 100) % 1 == Decimal("0.5"):
+                    continue  # a tie: rounding half up or half even would disagree
+                answer = exact.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+                query = (
+                    "SELECT SUM(o.quantity * p.price) FROM orders o "
+                    "JOIN customers c ON c.id = o.customer_id "
+                    "JOIN products p ON p.id = o.product_id "
+                    f"WHERE c.name = '{name}' AND o.order_date LIKE '{year}-%'"
+                )
+                expression = f"{format_number(Fraction(total))} * {multiplier}"
+                prompt = (
+                    f"What did customer '{name}' pay for all their orders placed in {year} "
+                    f"(quantity times unit price), with {rate}% sales tax added on top? "
+                    "Give the amount rounded to 2 decimal places."
+                )
+                calls = (_sql(query), ToolCall("calculator", {"expression": expression}))
+                problems.append(Problem(prompt, str(answer), calls))
+    return problems
+
+
+@functools.lru_cache(maxsize=64)
+def _listed(family: str, seed: int, split: Split) -> tuple[Problem, ...]:
+    """A listed family's problems in a seeded order (the shop's size bounds their number)."""
+    problems = _LISTED[family](seed, split)
+    random.Random(f"agentgym/tool_call/{family}/order/{seed}/{split}").shuffle(problems)
+    return tuple(problems)
+
+
+_LISTED: dict[str, Callable[[int, Split], list[Problem]]] = {
+    "sql": _sql_problems,
+    "chain": _chain_problems,
+}
+
+FAMILIES: tuple[str, ...] = ("calculator", "sql", "chain")
+
+
+def family_size(family: str, seed: int, split: Split) -> int:
+    """How many problems `family` holds in `split`."""
+    if family == "calculator":
+        return CALCULATOR_SIZES[split]
+    return len(_listed(family, seed, split))
+
+
+def problem(family: str, seed: int, split: Split, index: int) -> Problem:
+    """The `index`-th problem of `family` in `split` (0 <= index < family_size)."""
+    if family == "calculator":
+        return calculator_problem(seed, split, index)
+    return _listed(family, seed, split)[index]
