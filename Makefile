@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 train: $(STAMP)
-	$(BIN)/agentgym train --env math --config configs/math.yaml
+	$(BIN)/agentgym train --env tool_call --config configs/tool_call.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check agentgym envs sandboxes tests bench

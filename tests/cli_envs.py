@@ -1,7 +1,8 @@
-"""An environment the CLI tests load through `module:Env-v0`, the way users add their own.
+"""Environments the CLI tests load through `module:Env-v0`, the way users add their own.
 
-Its reward varies even under a random model (the share of sampled characters
-that are digits), so a GRPO step has non-zero advantages to learn from.
+`DigitsEnv`'s reward varies even under a random model (the share of sampled
+characters that are digits), so a GRPO step has non-zero advantages to learn
+from. `LookupEnv` is a custom tool environment: one `@tool` function.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import gymnasium as gym
 
 from agentgym.core import AgentEnv, Feedback, Task
+from agentgym.tool_env import ExpectedCall, ToolEnv
+from agentgym.tools import tool
 
 
 class DigitsEnv(AgentEnv):
@@ -30,3 +33,39 @@ class DigitsEnv(AgentEnv):
 
 if "cli_envs/Digits-v0" not in gym.registry:
     gym.register(id="cli_envs/Digits-v0", entry_point=DigitsEnv, max_episode_steps=1)
+
+
+@tool
+def lookup(key: str) -> str:
+    """Looks a key up in the phone book.
+
+    Args:
+        key: The person's name.
+    """
+    return PHONE_BOOK.get(key, "not found")
+
+
+PHONE_BOOK = {"ada": "5551", "alan": "5552", "grace": "5553"}
+
+
+class LookupEnv(ToolEnv):
+    """Asks for a phone number that only the `lookup` tool knows."""
+
+    def make_tools(self):
+        return [lookup]
+
+    def num_tasks(self, split):
+        return len(PHONE_BOOK)
+
+    def task_id(self, split, index):
+        return f"{split}/{sorted(PHONE_BOOK)[index]}"
+
+    def load_task(self, task_id):
+        name = task_id.split("/")[1]
+        expected = (ExpectedCall("lookup", {"key": name}),)
+        return Task(task_id, f"What is {name}'s number?", answer=PHONE_BOOK[name],
+                    metadata={"expected_calls": expected})  # fmt: skip
+
+
+if "cli_envs/Lookup-v0" not in gym.registry:
+    gym.register(id="cli_envs/Lookup-v0", entry_point=LookupEnv, max_episode_steps=3)

@@ -142,3 +142,23 @@ def test_envs_lists_every_builtin_with_its_short_name(capsys):
     assert main(["envs"]) == 0
     out = capsys.readouterr().out
     assert "agentgym/Math-v0 (math)" in out
+
+
+def test_three_tool_call_steps_on_tiny_random_log_tool_metrics(tmp_path):
+    out = tmp_path / "run"
+    argv = ["train", "--env", "tool_call", "--model", "tiny-random", "--steps", "3"]
+    assert main([*argv, "--output", str(out), *SMALL]) == 0
+    rows = _metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert {"tools/calls_per_episode", "tools/error_rate", "correctness_rate"} <= set(rows[0])
+    completions = [json.loads(x) for x in (out / "completions.jsonl").read_text().splitlines()]
+    assert completions[0]["task_id"].split("/")[0] in {"calculator", "sql", "chain"}
+
+
+def test_a_custom_tool_env_from_a_test_file_trains_one_step(tmp_path):
+    out = tmp_path / "run"
+    argv = ["train", "--env", "cli_envs:cli_envs/Lookup-v0", "--model", "tiny-random"]
+    assert main([*argv, "--steps", "1", "--output", str(out), *SMALL]) == 0
+    (row,) = _metrics(out)
+    assert row["step"] == 1 and "tools/calls_per_episode" in row
+    assert (out / "checkpoint-000001" / "model.safetensors").is_file()

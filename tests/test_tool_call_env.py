@@ -2,6 +2,7 @@
 
 import gymnasium as gym
 import pytest
+from episodes import play
 
 import agentgym  # noqa: F401  (registers agentgym/ToolCall-v0)
 from agentgym.core import resolve_env_id
@@ -22,17 +23,6 @@ def _final(fmt, answer):
     return f"So \\boxed{{{answer}}}" if fmt is HERMES else f"Thought: done.\nFinal Answer: {answer}"
 
 
-def _play(env, turns):
-    """Steps through `turns`; returns the summed reward and parts and the last step."""
-    total, parts, last = 0.0, {}, None
-    for turn in turns:
-        last = env.step(turn)
-        total += last[1]
-        for key, value in last[4]["reward_parts"].items():
-            parts[key] = parts.get(key, 0.0) + value
-    return total, parts, last
-
-
 def _calls(fmt, calls):
     return [fmt.render_call(c) for c in calls]
 
@@ -48,7 +38,7 @@ def test_the_reference_solution_scores_the_maximum(family, fmt_name, split):
         env.reset(options={"task_id": task_id})
         calls, answer = env.unwrapped.reference_solution(task_id)
         turns = [*_calls(fmt, calls), _final(fmt, answer)]
-        total, parts, (obs, _, terminated, truncated, info) = _play(env, turns)
+        total, parts, (obs, _, terminated, truncated, info) = play(env, turns)
         assert terminated and not truncated and info["correct"], (task_id, info)
         assert parts == pytest.approx(BEST_PARTS) and info["episode_parts"] == BEST_PARTS
         assert total == pytest.approx(BEST)
@@ -67,7 +57,7 @@ def test_a_wrong_final_answer_scores_less(family):
     task_id = f"{family}/train/1"
     env.reset(options={"task_id": task_id})
     calls, answer = env.reference_solution(task_id)
-    total, parts, (*_, info) = _play(env, [*_calls(HERMES, calls), f"\\boxed{{{answer}1}}"])
+    total, parts, (*_, info) = play(env, [*_calls(HERMES, calls), f"\\boxed{{{answer}1}}"])
     assert not info["correct"] and info["final_answer"] == f"{answer}1"
     assert parts == pytest.approx({"correctness": 0.0, "tool": 1.0, "format": 0.3})
     assert total == pytest.approx(0.53) and total < BEST
@@ -76,7 +66,7 @@ def test_a_wrong_final_answer_scores_less(family):
 def test_answering_without_any_tool_call_gives_the_tool_part_minus_one():
     env = ToolCallEnv()
     env.reset(options={"task_id": "calculator/train/0"})
-    _, parts, (*_, info) = _play(env, [f"\\boxed{{{env.task.answer}}}"])
+    _, parts, (*_, info) = play(env, [f"\\boxed{{{env.task.answer}}}"])
     assert info["correct"] and parts["tool"] == -1.0
 
 
@@ -251,7 +241,7 @@ def test_running_out_of_turns_truncates_and_keeps_the_parts():
     env = gym.make("agentgym/ToolCall-v0")
     env.reset(options={"task_id": "calculator/test/0"})
     (call,), _ = env.unwrapped.reference_solution("calculator/test/0")
-    total, parts, (_, _, terminated, truncated, _) = _play(env, [HERMES.render_call(call)] * 6)
+    total, parts, (_, _, terminated, truncated, _) = play(env, [HERMES.render_call(call)] * 6)
     assert truncated and not terminated
     assert parts == pytest.approx({"correctness": 0.0, "tool": 1.0, "format": -0.2})
     assert total == pytest.approx(0.5 - 0.02)

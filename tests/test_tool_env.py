@@ -4,6 +4,7 @@ import math
 
 import gymnasium as gym
 import pytest
+from episodes import play
 
 from agentgym.core import Task
 from agentgym.rewards import combine
@@ -67,17 +68,6 @@ def _call(country, fmt=HERMES):
     return fmt.render_call(ToolCall("capital", {"country": country}))
 
 
-def _play(env, turns):
-    """Steps through `turns`; returns the summed reward and parts and the last step."""
-    total, parts, last = 0.0, {}, None
-    for turn in turns:
-        last = env.step(turn)
-        total += last[1]
-        for key, value in last[4]["reward_parts"].items():
-            parts[key] = parts.get(key, 0.0) + value
-    return total, parts, last
-
-
 @pytest.fixture
 def env():
     made = gym.make(ENV_ID)
@@ -108,33 +98,33 @@ def test_step_rewards_sum_to_the_episode_score(fmt):
     env = CapitalsEnv(tool_format=fmt.name)
     env.reset(options={"task_id": "test/1"})
     final = "\\boxed{Lima}" if fmt is HERMES else "Thought: I know it.\nFinal Answer: Lima"
-    total, parts, (*_, info) = _play(env, [_call("Peru", fmt), final])
+    total, parts, (*_, info) = play(env, [_call("Peru", fmt), final])
     assert parts == pytest.approx(info["episode_parts"])
     assert total == pytest.approx(BEST)
     assert total == pytest.approx(combine(info["episode_parts"], DEFAULT_REWARD_WEIGHTS))
 
 
 def test_a_wrong_answer_with_perfect_calls_and_format_scores_below_any_correct_one(env):
-    wrong, _, _ = _play(env, [_call("France"), "\\boxed{Lyon}"])
+    wrong, _, _ = play(env, [_call("France"), "\\boxed{Lyon}"])
     assert wrong == pytest.approx(0.5 + 0.03)
     env.reset(options={"task_id": "train/0"})
     # correct, but the only call went to a tool that does not exist, and one turn was garbled
     bad_call = HERMES.render_call(ToolCall("atlas", {"country": "France"}))
-    correct, parts, _ = _play(env, [bad_call, "<tool_call>{oops</tool_call>", "\\boxed{Paris}"])
+    correct, parts, _ = play(env, [bad_call, "<tool_call>{oops</tool_call>", "\\boxed{Paris}"])
     assert parts == pytest.approx({"correctness": 1.0, "tool": 0.0, "format": -0.2})
     assert correct == pytest.approx(1.0 - 0.02)
     assert wrong < correct
 
 
 def test_no_tool_call_at_all_gives_the_tool_part_minus_one(env):
-    total, parts, (_, _, terminated, _, info) = _play(env, ["\\boxed{Paris}"])
+    total, parts, (_, _, terminated, _, info) = play(env, ["\\boxed{Paris}"])
     assert terminated and info["correct"]
     assert parts == {"correctness": 1.0, "tool": -1.0, "format": 0.3}
     assert total == pytest.approx(1.0 - 0.5 + 0.03)
 
 
 def test_a_turn_without_calls_or_answer_ends_the_episode_unanswered(env):
-    total, parts, (_, _, terminated, _, info) = _play(env, [_call("France"), "It is Paris."])
+    total, parts, (_, _, terminated, _, info) = play(env, [_call("France"), "It is Paris."])
     assert terminated and info["final_answer"] is None and not info["correct"]
     assert parts == pytest.approx({"correctness": 0.0, "tool": 1.0, "format": -0.2})
 
@@ -169,10 +159,10 @@ def test_a_bad_call_is_an_error_observation_and_a_count(env, turn, kind):
 
 
 def test_only_calls_that_fail_to_parse_cost_the_format_part(env):
-    _, parts, _ = _play(env, [_call("Mars"), _call("France"), "\\boxed{Paris}"])
+    _, parts, _ = play(env, [_call("Mars"), _call("France"), "\\boxed{Paris}"])
     assert parts["format"] == pytest.approx(0.3)  # a tool that raised is no format error
     env.reset(options={"task_id": "train/0"})
-    _, parts, _ = _play(env, ["<tool_call>{", _call("France"), "\\boxed{Paris}"])
+    _, parts, _ = play(env, ["<tool_call>{", _call("France"), "\\boxed{Paris}"])
     assert parts["format"] == pytest.approx(-0.2)
 
 
@@ -192,7 +182,7 @@ def test_a_call_cut_off_by_the_token_limit_counts_as_truncated(env):
 
 
 def test_the_time_limit_truncates_and_the_episode_keeps_its_tool_and_format_parts(env):
-    total, parts, (_, _, terminated, truncated, info) = _play(env, [_call("France")] * 3)
+    total, parts, (_, _, terminated, truncated, info) = play(env, [_call("France")] * 3)
     assert truncated and not terminated
     assert parts == pytest.approx({"correctness": 0.0, "tool": 1.0, "format": -0.2})
     assert total == pytest.approx(0.5 - 0.02)
@@ -214,7 +204,7 @@ def test_max_turns_ends_an_unwrapped_episode_with_truncated():
 def test_reward_weights_scale_the_parts():
     env = CapitalsEnv(reward_weights={"correctness": 2.0})
     env.reset(options={"task_id": "train/0"})
-    total, parts, _ = _play(env, [_call("France"), "\\boxed{Paris}"])
+    total, parts, _ = play(env, [_call("France"), "\\boxed{Paris}"])
     assert total == pytest.approx(2.0)
     assert parts == pytest.approx({"correctness": 1.0, "tool": 1.0, "format": 0.3})
 
