@@ -98,3 +98,57 @@ def test_load_weights_copies_by_name_and_rejects_unknown_names(tiny):
         assert "no.such.weight" in str(err)
     else:
         raise AssertionError("unknown weight name accepted")
+
+
+def _long_prompts(tokenizer) -> list[list[int]]:
+    system = "You are a careful assistant. " * 12
+
+    def render(question):
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    a, b = render("What is 2 + 3?"), render("Add twelve and thirty, then double it.")
+    return [a, a, b, b]
+
+
+def test_a_shared_prefix_is_prefilled_once_and_logprobs_still_match(tiny):
+    model, tokenizer = tiny
+    prompts = _long_prompts(tokenizer)
+    policy = HFPolicy(model, tokenizer, min_shared_prefix=16)
+    gens = policy.generate(prompts, SamplingParams(max_new_tokens=10, seed=2))
+    for prompt, gen in zip(prompts, gens, strict=True):
+        expected = _teacher_forced(model, prompt, gen.ids, 1.0)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
+
+
+def test_prefix_sharing_and_row_compaction_do_not_change_greedy_samples(tiny):
+    model, tokenizer = tiny
+    prompts = _long_prompts(tokenizer)
+    params = SamplingParams(max_new_tokens=12, temperature=1e-4, seed=0)
+    shared = HFPolicy(model, tokenizer, min_shared_prefix=16).generate(prompts, params)
+    plain = HFPolicy(model, tokenizer, min_shared_prefix=10**9).generate(prompts, params)
+    assert [g.ids for g in shared] == [g.ids for g in plain]
+    solo = [HFPolicy(model, tokenizer).generate([p], params)[0] for p in prompts]
+    assert [g.ids for g in shared] == [g.ids for g in solo]
+
+
+def test_rows_that_stop_early_leave_the_batch_and_the_rest_stay_exact(tiny):
+    model, tokenizer = tiny
+    prompts = _long_prompts(tokenizer) * 2
+    stop_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    head = model.get_output_embeddings()
+    saved = head.weight.data[stop_id].clone()
+    try:  # make the stop token likely, not certain: rows end at different steps
+        head.weight.data[stop_id] = saved * 40
+        gens = HFPolicy(model, tokenizer).generate(
+            prompts, SamplingParams(max_new_tokens=12, seed=5)
+        )
+        lengths = {len(g.ids) for g in gens}
+        assert len(lengths) > 1, lengths  # some rows left the batch before others
+        for prompt, gen in zip(prompts, gens, strict=True):
+            expected = _teacher_forced(model, prompt, gen.ids, 1.0)
+            assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
+            assert (gen.finish_reason == "stop") == (gen.ids[-1] == stop_id)
+    finally:
+        head.weight.data[stop_id] = saved

@@ -39,6 +39,16 @@ def _cache_kwarg(model: PreTrainedModel) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def _common_prefix_length(prompts: list[list[int]]) -> int:
+    """Length of the longest prefix all prompts share, leaving each at least one own token."""
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n
+
+
 def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device):
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -69,14 +79,21 @@ class HFPolicy:
         model: The model to sample from (a peft model works too).
         tokenizer: Its tokenizer; supplies pad and stop ids.
         batch_size: Most sequences per forward pass; larger requests are chunked.
+        min_shared_prefix: Prompts sharing at least this many leading tokens prefill
+            them once (see `_prefill`).
     """
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        batch_size: int = 64,
+        min_shared_prefix: int = 16,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.min_shared_prefix = min_shared_prefix
         self.stop_ids = stop_token_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id
         self._generator: torch.Generator | None = None
@@ -106,49 +123,65 @@ class HFPolicy:
         finally:
             self.model.train(was_training)
 
-    def _decode_loop(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        ids, mask = _left_pad(prompts, self.pad_id, self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        stop = torch.tensor(sorted(self.stop_ids), device=self.device)
-        finished = torch.zeros(len(prompts), dtype=torch.bool, device=self.device)
-        new_ids, new_logps = [], []
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kwarg: cache},
-        )
-        for _ in range(params.max_new_tokens):
-            token, logp = _sample(out.logits[:, -1, :].float(), params, self._generator)
-            token = torch.where(finished, self.pad_id, token)
-            new_ids.append(token)
-            new_logps.append(logp)
-            finished |= torch.isin(token, stop)
-            if bool(finished.all()):
-                break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            positions = positions[:, -1:] + 1
-            out = self.model(
-                input_ids=token[:, None],
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **{self._cache_kwarg: cache},
-            )
-        return self._collect(torch.stack(new_ids, 1).tolist(), torch.stack(new_logps, 1).tolist())
+    def _forward(self, ids, mask, positions, cache, **kwargs):
+        return self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+            **{self._cache_kwarg: cache}, **kwargs,
+        )  # fmt: skip
 
-    def _collect(self, rows: list[list[int]], logps: list[list[float]]) -> list[Generation]:
-        gens = []
-        for row, lp in zip(rows, logps, strict=True):
-            end = next((k for k, t in enumerate(row) if t in self.stop_ids), None)
-            if end is None:
-                gens.append(Generation(tuple(row), tuple(lp), "length"))
-            else:
-                gens.append(Generation(tuple(row[: end + 1]), tuple(lp[: end + 1]), "stop"))
-        return gens
+    def _prefill(self, prompts: list[list[int]], cache: DynamicCache):
+        """Runs the prompts into `cache`; returns (last logits, attention mask, positions).
+
+        The prompts' longest common prefix (the system message, the whole prompt
+        for the G members of a group on their first turn) is computed once and
+        its cache rows repeated; each row's own suffix follows it, left-padded,
+        so padding sits between prefix and suffix, masked out.
+        """
+        shared = _common_prefix_length(prompts)
+        if shared < self.min_shared_prefix:
+            ids, mask = _left_pad(prompts, self.pad_id, self.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = self._forward(ids, mask, positions, cache, logits_to_keep=1)
+            return out.logits, mask, positions[:, -1:]
+        prefix = torch.tensor([prompts[0][:shared]], device=self.device)
+        self._forward(prefix, torch.ones_like(prefix), None, cache, logits_to_keep=1)
+        cache.batch_repeat_interleave(len(prompts))
+        ids, suffix_mask = _left_pad([p[shared:] for p in prompts], self.pad_id, self.device)
+        positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([suffix_mask.new_ones(len(prompts), shared), suffix_mask], dim=1)
+        out = self._forward(ids, mask, positions, cache, logits_to_keep=1)
+        return out.logits, mask, positions[:, -1:]
+
+    def _decode_loop(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Samples until every row stopped or hit the budget; finished rows leave the batch."""
+        cache = DynamicCache()
+        logits, mask, positions = self._prefill(prompts, cache)
+        stop = torch.tensor(sorted(self.stop_ids), device=self.device)
+        rows = list(range(len(prompts)))  # prompt index of each live row
+        ids: list[list[int]] = [[] for _ in prompts]
+        logps: list[list[float]] = [[] for _ in prompts]
+        reasons = ["length"] * len(prompts)
+        for step in range(params.max_new_tokens):
+            token, logp = _sample(logits[:, -1, :].float(), params, self._generator)
+            for row, t, lp in zip(rows, token.tolist(), logp.tolist(), strict=True):
+                ids[row].append(t)
+                logps[row].append(lp)
+            stopped = torch.isin(token, stop)
+            for k in stopped.nonzero().flatten().tolist():
+                reasons[rows[k]] = "stop"
+            if step + 1 == params.max_new_tokens or bool(stopped.all()):
+                break
+            if bool(stopped.any()):
+                keep = (~stopped).nonzero().flatten()
+                cache.batch_select_indices(keep)
+                rows = [rows[k] for k in keep.tolist()]
+                token, mask, positions = token[keep], mask[keep], positions[keep]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            positions = positions + 1
+            logits = self._forward(token[:, None], mask, positions, cache).logits
+        return [
+            Generation(tuple(i), tuple(lp), r) for i, lp, r in zip(ids, logps, reasons, strict=True)
+        ]
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
