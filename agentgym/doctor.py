@@ -64,8 +64,8 @@ def _result():
 def check_prefix(tokenizer, messages: list[dict]) -> Check:
     """Each rendering extends the previous one, with and without the generation prompt."""
     for k in range(1, len(messages)):
-        shorter = render(tokenizer, messages[:k], None, messages[k]["role"] == "assistant")
-        longer = render(tokenizer, messages[: k + 1], None, False)
+        shorter = render(tokenizer, messages[:k], messages[k]["role"] == "assistant")
+        longer = render(tokenizer, messages[: k + 1], False)
         if not longer.startswith(shorter):
             return Check(
                 "prefix-consistent", False,
@@ -81,7 +81,7 @@ def check_round_trip(tokenizer, format_name: str) -> Check:
     """A call in the assistant's text survives rendering and parses back to itself."""
     fmt = get_format(format_name)
     messages = sample_conversation(format_name)[:3]
-    text = render(tokenizer, messages, None, False)
+    text = render(tokenizer, messages, False)
     start = text.rfind(messages[2]["content"])
     if start == -1:
         return Check("round-trip", False, "the template alters the assistant's text",
@@ -104,7 +104,7 @@ def _native_tool_calls(tokenizer, fmt) -> str:
     messages = [{"role": "user", "content": "q"},
                 {"role": "assistant", "content": "", "tool_calls": [call]}]  # fmt: skip
     try:
-        text = render(tokenizer, messages, None, False)
+        text = render(tokenizer, messages, False)
     except Exception as err:  # templates raise anything on fields they do not know
         return f"the template rejects tool_calls ({type(err).__name__}); calls stay in content"
     if _CALL.name not in text:
@@ -118,9 +118,7 @@ def _native_tool_calls(tokenizer, fmt) -> str:
 def masked_conversation(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
     """Token ids and loss mask for a conversation, built as the rollout builds them."""
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    ids = tokenizer.encode(
-        render(tokenizer, messages[:first], None, True), add_special_tokens=False
-    )
+    ids = tokenizer.encode(render(tokenizer, messages[:first], True), add_special_tokens=False)
     mask = [0] * len(ids)
     history = list(messages[:first])
     k = first
@@ -136,7 +134,7 @@ def masked_conversation(tokenizer, messages: list[dict]) -> tuple[list[int], lis
             replies.append(messages[k])
             k += 1
         if replies:
-            more = continuation_ids(tokenizer, history, [], replies, stopped=True)
+            more = continuation_ids(tokenizer, history, replies, stopped=True)
             ids += more
             mask += [0] * len(more)
             history += replies
@@ -149,7 +147,7 @@ def check_mask(tokenizer, messages: list[dict]) -> tuple[Check, list[int], list[
     sampled = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
     eos = tokenizer.eos_token
     expected = "".join(m["content"] + eos for m in messages if m["role"] == "assistant")
-    full = render(tokenizer, messages, None, False)
+    full = render(tokenizer, messages, False)
     if sampled != expected:
         check = Check("loss-mask", False, f"mask-1 text {sampled!r} != {expected!r}",
                       "the tokenizer does not round-trip the assistant's text")  # fmt: skip

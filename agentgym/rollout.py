@@ -43,7 +43,6 @@ class _Episode:
     task_id: str
     group: int
     messages: list[dict[str, str]]
-    tools: list[dict[str, Any]]
     tokens: list[int]
     prompt_length: int
     opening: tuple[Message, ...]
@@ -62,17 +61,21 @@ class _Episode:
 _SENTINEL = "\u2063agentgym-end-of-content\u2063"
 
 
-def render(tokenizer: PreTrainedTokenizerBase, messages, tools, generation_prompt: bool) -> str:
-    """The chat template applied to messages, as text."""
+def render(tokenizer: PreTrainedTokenizerBase, messages, generation_prompt: bool) -> str:
+    """The chat template applied to messages, as text.
+
+    No `tools=` is passed: environments describe their tools, in their own
+    call format, in the system message, so the text is the same whether or not
+    a model's template knows about tools (and no tool is listed twice).
+    """
     return tokenizer.apply_chat_template(
-        messages, tools=tools or None, add_generation_prompt=generation_prompt, tokenize=False
+        messages, add_generation_prompt=generation_prompt, tokenize=False
     )
 
 
 def continuation_ids(
     tokenizer: PreTrainedTokenizerBase,
     history: list[dict[str, str]],
-    tools: list[dict[str, Any]],
     new_messages: list[dict[str, str]],
     stopped: bool,
 ) -> list[int]:
@@ -83,14 +86,14 @@ def continuation_ids(
     would produce for the whole conversation. When the sample ended with the
     stop token, that token is already in the trajectory and is not repeated.
     """
-    before = render(tokenizer, history, tools, generation_prompt=False)
-    after = render(tokenizer, history + new_messages, tools, generation_prompt=True)
+    before = render(tokenizer, history, generation_prompt=False)
+    after = render(tokenizer, history + new_messages, generation_prompt=True)
     if not after.startswith(before):
         raise ValueError("the chat template does not render conversations append-only")
     # what the template puts after the assistant's content: found with a sentinel content,
     # since the real content may be empty or occur earlier in the conversation
     marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]
-    glue = render(tokenizer, marked, tools, generation_prompt=False).rpartition(_SENTINEL)[2]
+    glue = render(tokenizer, marked, generation_prompt=False).rpartition(_SENTINEL)[2]
     if stopped and tokenizer.eos_token and glue.startswith(tokenizer.eos_token):
         glue = glue[len(tokenizer.eos_token) :]
     return tokenizer.encode(glue + after[len(before) :], add_special_tokens=False)
@@ -98,14 +101,12 @@ def continuation_ids(
 
 def _start(env: gym.Env, spec: TaskSpec, group: int, tokenizer) -> _Episode:
     obs, info = env.reset(**spec.reset_kwargs())
-    tools = list(info.get("tools", []))
-    prompt = tokenizer.encode(render(tokenizer, obs, tools, True), add_special_tokens=False)
+    prompt = tokenizer.encode(render(tokenizer, obs, True), add_special_tokens=False)
     return _Episode(
         env=env,
         task_id=info["task_id"],
         group=group,
         messages=list(obs),
-        tools=tools,
         tokens=list(prompt),
         prompt_length=len(prompt),
         opening=tuple(Message.from_dict(m) for m in obs),
@@ -133,7 +134,7 @@ def _advance(ep: _Episode, ids, logprobs, finish_reason: str, tokenizer) -> None
     ep.truncated = bool(truncated)
     ep.done = bool(terminated or truncated)
     if not ep.done:
-        more = continuation_ids(tokenizer, ep.messages, ep.tools, obs, finish_reason == "stop")
+        more = continuation_ids(tokenizer, ep.messages, obs, finish_reason == "stop")
         ep.messages.extend(obs)
         ep.tokens.extend(more)
         ep.loss_mask.extend([0] * len(more))
