@@ -1,0 +1,11 @@
+"""Sandboxes that run model-written code: the contract in `base`, `local` and `docker`."""
+
+from agentgym.sandboxes.base import (
+    ExecutionResult,
+    Sandbox,
+    SandboxUnavailableError,
+    Status,
+    make_sandbox,
+)
+
+__all__ = ["ExecutionResult", "Sandbox", "SandboxUnavailableError", "Status", "make_sandbox"]
