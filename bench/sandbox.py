@@ -1,0 +1,74 @@
+"""Sandbox latency: p50/p95 and runs/s, as ratios to a bare `python -c` subprocess.
+
+Run: `python bench/sandbox.py [--runs 60]`. Compares, at concurrency 1 and 2:
+a bare unisolated subprocess (the baseline), the local sandbox cold, the
+local sandbox with a warm pool, and Docker where `make_sandbox("docker")`
+works. Aim: isolated local <= 1.5x bare at p50, warm pool <= 0.5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from agentgym.sandboxes import SandboxUnavailableError, make_sandbox
+
+CODE = "print(sum(range(1000)))"
+
+
+def measure(run_once: Callable[[], object], runs: int, concurrency: int) -> tuple[float, ...]:
+    """Returns (p50 s, p95 s, runs/s) of `runs` calls made by `concurrency` threads."""
+
+    def timed(_: int) -> float:
+        t0 = time.perf_counter()
+        run_once()
+        return time.perf_counter() - t0
+
+    for _ in range(3):  # warm-up: page cache, pools
+        run_once()
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        latencies = sorted(pool.map(timed, range(runs)))
+    wall = time.perf_counter() - start
+    return latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.95)], runs / wall
+
+
+def bare() -> None:
+    subprocess.run([sys.executable, "-c", CODE], capture_output=True, check=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=60)
+    args = parser.parse_args()
+    contenders: dict[str, Callable[[], object]] = {"bare subprocess": bare}
+    local = make_sandbox("local")
+    warm = make_sandbox("local", pool_size=4)
+    contenders[f"local cold ({local.isolation})"] = lambda: local.run(CODE)  # type: ignore[attr-defined]
+    contenders["local warm pool (4)"] = lambda: warm.run(CODE)
+    try:
+        docker = make_sandbox("docker")
+        contenders["docker"] = lambda: docker.run(CODE)
+    except (SandboxUnavailableError, ImportError) as exc:
+        print(f"docker: skipped ({exc})")
+    print(
+        f"{'sandbox':<24} {'conc':>4} {'p50 ms':>8} {'p95 ms':>8} {'runs/s':>8} {'p50 x bare':>10}"
+    )
+    for concurrency in (1, 2):
+        base = None
+        for name, run_once in contenders.items():
+            p50, p95, rate = measure(run_once, args.runs, concurrency)
+            base = base or p50
+            print(
+                f"{name:<24} {concurrency:>4} {p50 * 1e3:>8.1f} {p95 * 1e3:>8.1f} "
+                f"{rate:>8.1f} {p50 / base:>10.2f}"
+            )
+    warm.close()
+
+
+if __name__ == "__main__":
+    main()

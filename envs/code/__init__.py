@@ -1,0 +1,1 @@
+"""Built-in code environment: HumanEval and generated tasks, run in a sandbox."""

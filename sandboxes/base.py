@@ -1,0 +1,157 @@
+"""The sandbox contract, and the threat model every sandbox is held to.
+
+A sandbox runs untrusted, model-written Python and returns an
+`ExecutionResult`. It never raises for anything the code does: an infinite
+loop, a fork bomb or a memory bomb comes back as a status, and the host
+(the trainer, the inference server, the machine) is left as it was.
+
+Threat model
+------------
+The adversary is the code itself: a policy under RL pressure that finds
+whatever raises its reward or breaks the run, by accident or on purpose.
+It is not a kernel attacker, and the sandbox does not claim to stop one.
+
+Isolated, and why:
+
+- Network. Each run gets its own network namespace holding only a
+  loopback that is down. No outbound TCP, no DNS, and no host loopback:
+  the trainer's and the inference server's ports on 127.0.0.1 live in
+  another namespace, out of reach. (Reward hacking by calling a grader or
+  a model over HTTP is the reason.)
+- Filesystem. The system (/usr, /etc, the libraries, the Python prefix)
+  is mounted read-only; the root is a read-only tmpfs with nothing else on
+  it, so home directories (~/.bashrc, ~/.cache, tokens), the repository
+  and the host's /tmp are not there at all. The code's writable work dir
+  (`WORKDIR`) and /tmp are private tmpfs mounts of fixed size, thrown
+  away after the run: nothing written survives, and disk fill stops at
+  the tmpfs size (and RLIMIT_FSIZE per file).
+- Environment. The host's environment variables (API keys, tokens) are
+  cleared; the code sees a fixed PATH, HOME and LANG. Python runs with
+  -I, so PYTHON* variables and the user site are ignored as well.
+- User and capabilities. The code runs as an unprivileged uid with no
+  capabilities and no_new_privs set, so setuid binaries give nothing. When
+  the trainer is root, the code still gets a uid that owns no host file.
+- Processes. A new pid namespace: the code sees only its own processes,
+  so `os.kill(-1, 9)`, `os.killpg` or killing its parent cannot reach the
+  trainer. rlimits bound address space (memory), CPU seconds, file size,
+  open files and the number of processes (fork bombs). The process count
+  is per run: each run gets its own user namespace or its own uid.
+- Time. A wall-clock deadline kills the whole tree by killing the pid
+  namespace's init, which takes grandchildren and setsid'd daemons with
+  it; CPU-bound C code that never checks signals dies the same way.
+- Output. stdout and stderr are read concurrently (no pipe deadlock) and
+  each is capped; past the cap the process is killed and the text ends in
+  a marker. Invalid UTF-8 is decoded with replacement characters.
+
+Not isolated, and why:
+
+- Kernel exploits and container escapes through system calls. There is
+  no seccomp filter or VM boundary; a gVisor or Firecracker sandbox is the
+  answer when the code is truly hostile, and is out of scope here.
+- CPU side channels (Spectre-class, cache timing) and noisy-neighbour
+  effects: the code shares the CPU and memory bandwidth with the trainer.
+- Information about the machine that any process can read: the kernel
+  version, CPU model and count, total memory, the read-only system files
+  (world-readable ones only), and /proc of its own pid namespace.
+- Memory outside the address-space limit: page cache and kernel memory
+  are not accounted without a cgroup; tmpfs writes count against host RAM
+  up to the tmpfs size.
+- Denial of service below the limits, e.g. a run that uses its full CPU
+  quota on every core it can fork onto.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Status = Literal["ok", "error", "timeout", "memory", "output_limit", "killed"]
+SandboxKind = Literal["local", "docker"]
+SANDBOX_KINDS: tuple[str, ...] = ("local", "docker")
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """What one run of untrusted code produced.
+
+    Attributes:
+        status: "ok" (exit 0), "error" (nonzero exit or an exception),
+            "timeout" (wall clock or CPU limit), "memory" (address-space
+            limit), "output_limit" (stdout or stderr over the cap) or
+            "killed" (any other signal).
+        stdout: standard output, decoded as UTF-8 with errors="replace".
+        stderr: standard error, decoded the same way.
+        exit_code: the exit status; minus the signal number when killed by
+            one; None when the sandbox killed the run (timeout, output cap).
+        duration_s: wall-clock seconds from handing over the code to exit.
+    """
+
+    status: Status
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        """Whether the code ran to completion with exit status 0."""
+        return self.status == "ok"
+
+
+class SandboxUnavailableError(RuntimeError):
+    """The sandbox cannot isolate code on this machine (a tool or engine is missing)."""
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Runs untrusted Python source and reports what happened, never raising for it."""
+
+    def run(
+        self,
+        code: str,
+        *,
+        stdin: str = "",
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        files: Mapping[str, str] | None = None,
+    ) -> ExecutionResult:
+        """Runs `code` as the main module of a fresh Python process.
+
+        Args:
+            code: Python source, run as `main.py` in the work dir.
+            stdin: text fed to the process's standard input.
+            timeout_s: wall-clock limit; the whole process tree dies at it.
+            memory_mb: address-space limit of each process.
+            files: extra files to create in the work dir, relative path -> text.
+
+        Returns:
+            The ExecutionResult; its status says how the run ended.
+        """
+        ...
+
+    def close(self) -> None:
+        """Releases the sandbox's resources (warm processes, containers)."""
+        ...
+
+
+def make_sandbox(kind: SandboxKind = "local", **kwargs: Any) -> Sandbox:
+    """Builds a sandbox by name: "local" (namespaces + rlimits) or "docker".
+
+    Args:
+        kind: which implementation.
+        **kwargs: passed to the implementation's constructor.
+
+    Raises:
+        ValueError: for an unknown kind.
+        SandboxUnavailableError: when the kind cannot isolate code here.
+    """
+    if kind == "local":
+        from agentgym.sandboxes.local import LocalSandbox
+
+        return LocalSandbox(**kwargs)
+    if kind == "docker":
+        from agentgym.sandboxes.docker import DockerSandbox
+
+        return DockerSandbox(**kwargs)
+    raise ValueError(f"unknown sandbox kind {kind!r}; valid kinds: {', '.join(SANDBOX_KINDS)}")

@@ -1,0 +1,360 @@
+"""The default sandbox: a fresh, namespaced, rlimited Python process per run.
+
+See `agentgym.sandboxes.base` for the threat model. Three isolation modes:
+
+- "bwrap": bubblewrap builds a private root (read-only /usr, /etc and the
+  Python prefix; tmpfs work dir and /tmp; a new /proc and a minimal /dev)
+  in new pid, net, ipc, uts and mount namespaces. As an ordinary user it
+  also makes a user namespace and runs the code as uid 65534; as root it
+  keeps only CAP_SETUID/CAP_SETGID so the bootstrap can drop to a random
+  high uid that owns nothing (in a user namespace mapped to root the
+  kernel would not enforce RLIMIT_NPROC).
+- "unshare": for root where bubblewrap is missing. util-linux `unshare`
+  makes the same namespaces; the bootstrap builds the same root with
+  mount(2) and chroot, then drops to a random high uid.
+- "none": no isolation at all, only rlimits and a temp work dir; warns on
+  every run. For debugging on machines where neither tool works.
+
+"auto" takes bwrap, else unshare, else raises SandboxUnavailableError.
+In every mode the code runs as `/sandbox/main.py` under `python -I`; the
+wall clock kills the pid namespace's init (the tree goes with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from agentgym.sandboxes._io import communicate
+from agentgym.sandboxes.base import ExecutionResult, SandboxUnavailableError, Status
+
+Isolation = Literal["auto", "bwrap", "unshare", "none"]
+WORKDIR = "/sandbox"
+INSTALL_HINT = "install bubblewrap (`apt-get install -y bubblewrap`) or run as root with util-linux"
+SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR, "LANG": "C.UTF-8"}
+_BOOTSTRAP = (Path(__file__).with_name("_bootstrap.py")).read_text()
+_UID_BASE, _UID_SPAN = 1_800_000_000, 1 << 24  # far above any real or subordinate uid
+_probe_cache: dict[tuple[str, ...], str | None] = {}
+
+
+def _probe(cmd: list[str]) -> str | None:
+    """Runs `cmd` once per process; returns None when it works, else why not."""
+    key = tuple(cmd)
+    if key not in _probe_cache:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            ok = proc.returncode == 0
+            _probe_cache[key] = None if ok else (proc.stderr.strip() or f"exit {proc.returncode}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _probe_cache[key] = str(exc)
+    return _probe_cache[key]
+
+
+def unavailable_reason(isolation: Literal["bwrap", "unshare"]) -> str | None:
+    """Says why `isolation` cannot work on this machine, or None when it can."""
+    tool = shutil.which("bwrap" if isolation == "bwrap" else "unshare")
+    if tool is None:
+        return f"`{'bwrap' if isolation == 'bwrap' else 'unshare'}` is not installed"
+    if isolation == "bwrap":
+        userns = [] if os.geteuid() == 0 else ["--unshare-user"]
+        failure = _probe([tool, *userns, "--unshare-net", "--unshare-pid", "--dev-bind", "/", "/",
+                          "true"])  # fmt: skip
+    elif os.geteuid() != 0:
+        return "`unshare` isolation needs root (it makes namespaces without a user namespace)"
+    else:
+        failure = _probe([tool, "--net", "--pid", "--mount", "--ipc", "--uts", "--fork", "true"])
+    return None if failure is None else f"`{tool}` cannot make namespaces here: {failure}"
+
+
+def _python_dirs(python: str) -> list[str]:
+    """The directories the interpreter needs (prefixes, venv), outside /usr."""
+    query = "import sys,json;print(json.dumps([sys.prefix,sys.base_prefix,sys.exec_prefix]))"
+    out = subprocess.run([python, "-I", "-c", query], capture_output=True, text=True, check=True)
+    dirs = {os.path.realpath(p) for p in json.loads(out.stdout)}
+    dirs.add(os.path.realpath(os.path.dirname(os.path.dirname(os.path.realpath(python)))))
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(python))))
+    kept = sorted(
+        d for d in dirs if not d.startswith(("/usr/", "/etc/")) and d not in ("/usr", "/")
+    )
+    return [d for d in kept if not any(d.startswith(o + "/") for o in kept)]
+
+
+class LocalSandbox:
+    """Runs each piece of code in a fresh isolated process tree on this machine.
+
+    Args:
+        isolation: "auto" (bwrap, else unshare), "bwrap", "unshare", or
+            "none" (no isolation; warns on every run).
+        max_output_bytes: cap on each of stdout and stderr; past it the run
+            is killed with status "output_limit".
+        pool_size: warm interpreters kept waiting for code (0: none). Each
+            serves one run and is replaced in the background.
+        python: the interpreter inside the sandbox (default: this one).
+        max_file_mb: RLIMIT_FSIZE, the largest file the code may write.
+        tmpfs_mb: size of each of the work dir and /tmp.
+        max_processes: RLIMIT_NPROC, processes and threads per run.
+        max_open_files: RLIMIT_NOFILE.
+
+    Raises:
+        SandboxUnavailableError: when the requested isolation cannot work here.
+    """
+
+    def __init__(
+        self,
+        isolation: Isolation = "auto",
+        max_output_bytes: int = 1_000_000,
+        pool_size: int = 0,
+        python: str | None = None,
+        max_file_mb: int = 10,
+        tmpfs_mb: int = 64,
+        max_processes: int = 32,
+        max_open_files: int = 64,
+    ) -> None:
+        self.isolation = self._resolve(isolation)
+        self.max_output_bytes = max_output_bytes
+        self.python = python or sys.executable
+        self.limits = {"max_file_mb": max_file_mb, "nproc": max_processes, "nofile": max_open_files}
+        self.tmpfs_bytes = tmpfs_mb << 20
+        self._python_dirs = _python_dirs(self.python)
+        self._pool: deque[tuple[subprocess.Popen[bytes], int, str | None]] = deque()
+        self._pool_size = pool_size
+        self._lock = threading.Lock()
+        self._closed = False
+        self._refill = threading.Event()
+        if pool_size:
+            # One filler thread for the sandbox's lifetime: bwrap's --die-with-parent (and
+            # unshare's --kill-child) fire when the *thread* that spawned them exits, so a
+            # short-lived spawning thread would kill the warm interpreters it made.
+            threading.Thread(target=self._keep_pool_full, daemon=True).start()
+
+    @staticmethod
+    def _resolve(isolation: Isolation) -> Literal["bwrap", "unshare", "none"]:
+        if isolation == "none":
+            return "none"
+        if isolation in ("bwrap", "unshare"):
+            reason = unavailable_reason(isolation)
+            if reason:
+                raise SandboxUnavailableError(f"isolation={isolation!r}: {reason}; {INSTALL_HINT}")
+            return isolation
+        if isolation != "auto":
+            raise ValueError(f"unknown isolation {isolation!r}: auto, bwrap, unshare or none")
+        reasons = {mode: unavailable_reason(mode) for mode in ("bwrap", "unshare")}
+        for mode in ("bwrap", "unshare"):
+            if reasons[mode] is None:
+                return mode
+        detail = "; ".join(f"{m}: {r}" for m, r in reasons.items())
+        raise SandboxUnavailableError(
+            f"no way to isolate code on this machine ({detail}). To fix it, {INSTALL_HINT}; "
+            'or pass isolation="none" to run model code unisolated (not recommended).'
+        )
+
+    # -- processes ---------------------------------------------------------
+
+    def _command(self, uid: int | None, workdir: str, control_fd: int) -> list[str]:
+        cfg = {"uid": uid, "workdir": workdir, "tmpfs_bytes": self.tmpfs_bytes}
+        cfg["control_fd"] = control_fd
+        if self.isolation == "unshare":
+            cfg |= {
+                "build_root": True,
+                "system_dirs": SYSTEM_DIRS,
+                "python_dirs": self._python_dirs,
+            }
+        boot = [self.python, "-I", "-c", _BOOTSTRAP, json.dumps(cfg)]
+        if self.isolation == "none":
+            return boot
+        if self.isolation == "unshare":
+            ns = ["--net", "--pid", "--mount", "--ipc", "--uts", "--fork", "--kill-child"]
+            return [shutil.which("unshare") or "unshare", *ns, "--", *boot]
+        return [*self._bwrap_args(), "--", *boot]
+
+    def _bwrap_args(self) -> list[str]:
+        args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
+        args += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL"]
+        if os.geteuid() == 0:
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            args += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+        for path in SYSTEM_DIRS:
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        parents = {str(p) for d in self._python_dirs for p in Path(d).parents if str(p) != "/"}
+        for path in sorted(parents, key=len):  # bwrap would make them 0700, closed to the code
+            args += ["--perms", "0755", "--dir", path]
+        for path in self._python_dirs:
+            args += ["--ro-bind", path, path]
+        size = str(self.tmpfs_bytes)
+        for path in (WORKDIR, "/tmp", "/dev/shm"):
+            args += ["--perms", "1777", "--size", size, "--tmpfs", path]
+        args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", "/"]
+        args += ["--clearenv"] + [a for k, v in SAFE_ENV.items() for a in ("--setenv", k, v)]
+        return args
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], int, str | None]:
+        """Starts one isolated interpreter, waiting on its control pipe."""
+        tmpdir = tempfile.mkdtemp(prefix="agentgym-sandbox-") if self.isolation == "none" else None
+        isolated_root = os.geteuid() == 0 and self.isolation != "none"
+        uid = _UID_BASE + secrets.randbelow(_UID_SPAN) if isolated_root else None
+        ctl_read, ctl_write = os.pipe()
+        env = dict(SAFE_ENV, HOME=tmpdir) if tmpdir else SAFE_ENV
+        try:
+            proc = subprocess.Popen(
+                self._command(uid, tmpdir or WORKDIR, ctl_read),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(ctl_read,),
+                start_new_session=True,
+                env=env,
+                cwd=tmpdir or "/",
+            )
+        finally:
+            os.close(ctl_read)
+        return proc, ctl_write, tmpdir
+
+    def _keep_pool_full(self) -> None:
+        while not self._closed:
+            self._fill_pool()
+            self._refill.wait()
+            self._refill.clear()
+
+    def _fill_pool(self) -> None:
+        while not self._closed:
+            with self._lock:
+                if len(self._pool) >= self._pool_size:
+                    return
+            spawned = self._spawn()
+            with self._lock:
+                if self._closed:
+                    _discard(spawned)
+                    return
+                self._pool.append(spawned)
+
+    def _take(self) -> tuple[subprocess.Popen[bytes], int, str | None]:
+        with self._lock:
+            taken = self._pool.popleft() if self._pool else None
+        if self._pool_size:
+            self._refill.set()
+        return taken or self._spawn()
+
+    # -- the contract --------------------------------------------------------
+
+    def run(
+        self,
+        code: str,
+        *,
+        stdin: str = "",
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        files: Mapping[str, str] | None = None,
+    ) -> ExecutionResult:
+        """Runs `code` as `main.py` in a fresh isolated process tree; see `Sandbox.run`."""
+        if self.isolation == "none":
+            warnings.warn("LocalSandbox(isolation='none') runs model code UNISOLATED", stacklevel=2)
+        proc, ctl, tmpdir = self._take()
+        limits = {
+            "RLIMIT_AS": memory_mb << 20,
+            "RLIMIT_CPU": math.ceil(timeout_s) + 1,
+            "RLIMIT_FSIZE": self.limits["max_file_mb"] << 20,
+            "RLIMIT_NOFILE": self.limits["nofile"],
+            "RLIMIT_NPROC": self.limits["nproc"],
+            "RLIMIT_CORE": 0,
+        }
+        payload = json.dumps({"code": code, "files": dict(files or {}), "limits": limits})
+        start = time.monotonic()
+        try:
+            out, err, cut = communicate(
+                proc,
+                ctl,
+                payload.encode(),
+                stdin.encode(),
+                start + timeout_s,
+                self.max_output_bytes,
+            )
+        finally:
+            _discard((proc, -1, tmpdir))  # communicate closed the control pipe
+        duration = time.monotonic() - start
+        return _result(proc.returncode, out, err, cut, duration, self.isolation != "none")
+
+    def close(self) -> None:
+        """Kills the warm interpreters; the sandbox can still run code cold."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = list(self._pool), deque()
+        self._refill.set()
+        for spawned in pool:
+            _discard(spawned)
+
+    def __enter__(self) -> LocalSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_pool", None):
+            self.close()
+
+
+def _discard(spawned: tuple[subprocess.Popen[bytes], int, str | None]) -> None:
+    """Kills a sandbox process tree and frees what it held."""
+    proc, ctl, tmpdir = spawned
+    if ctl >= 0:
+        os.close(ctl)
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    if tmpdir:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _result(
+    returncode: int | None,
+    out: bytes,
+    err: bytes,
+    cut: Literal["timeout", "output_limit"] | None,
+    duration: float,
+    wrapped: bool,
+) -> ExecutionResult:
+    """Maps how the process ended to a status (see ExecutionResult)."""
+    stdout = out.decode("utf-8", errors="replace")
+    stderr = err.decode("utf-8", errors="replace")
+    if cut is not None:
+        return ExecutionResult(cut, stdout, stderr, None, duration)
+    code = returncode if returncode is not None else -signal.SIGKILL
+    if wrapped and code > 128:  # bwrap reports a child killed by signal N as 128 + N
+        code = -(code - 128)
+    tail = stderr[-2000:]
+    status: Status
+    if code == 0:
+        status = "ok"
+    elif code == -signal.SIGXCPU:
+        status = "timeout"
+    elif "MemoryError" in tail or "Cannot allocate memory" in tail:
+        status = "memory"
+    elif code < 0:
+        status = "killed"
+    else:
+        status = "error"
+    return ExecutionResult(status, stdout, stderr, code, duration)
