@@ -249,3 +249,27 @@ def test_running_out_of_turns_truncates_and_keeps_the_parts():
 
 def test_the_short_name_resolves():
     assert resolve_env_id("tool_call") == "agentgym/ToolCall-v0"
+
+
+def test_the_python_tool_runs_in_the_sandbox(monkeypatch):
+    from agentgym.sandboxes import SandboxUnavailableError
+
+    monkeypatch.setenv("HOME_CANARY", "secret")  # must not reach the program
+
+    env = gym.make("agentgym/ToolCall-v0", python=True)
+    obs, info = env.reset(options={"task_id": "calculator/train/0"})
+    assert "python" in {t["function"]["name"] for t in info["tools"]}
+    program = (
+        "import socket, os\nprint(6 * 7, 'HOME_CANARY' in os.environ)\n"
+        "s = socket.socket()\ntry:\n    s.connect(('1.1.1.1', 53))\nexcept OSError as e:\n"
+        "    print('no network')"
+    )
+    call = HERMES.render_call(ToolCall("python", {"code": program}))
+    try:
+        obs, *_ = env.step(call)
+    except SandboxUnavailableError as err:  # pragma: no cover - only where no sandbox can isolate
+        pytest.skip(str(err))
+    finally:
+        env.close()
+    assert "status: ok" in obs[0]["content"]
+    assert "42 False" in obs[0]["content"] and "no network" in obs[0]["content"]

@@ -82,6 +82,8 @@ class ToolCallEnv(ToolEnv):
         seed: Seed of the problems and of the shop database.
         tool_format, max_turns, max_result_chars, max_calls_per_turn,
         reward_weights, system_prompt, render_mode: as for `ToolEnv`.
+        python: Also offer a `python` tool, run in a sandbox (`envs/code/python_tool.py`).
+        sandbox: The kind of that sandbox, for `make_sandbox` ("local" or "docker").
     """
 
     def __init__(
@@ -95,8 +97,13 @@ class ToolCallEnv(ToolEnv):
         reward_weights: Mapping[str, float] | None = None,
         system_prompt: str | None = None,
         render_mode: str | None = None,
+        python: bool = False,
+        sandbox: str = "local",
     ):
         self.families = _check_families(families)
+        self.python = python
+        self.sandbox_kind = sandbox
+        self.sandbox = None  # made on first use when `python` is on
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
             raise ValueError(f"seed={seed!r}; valid: an int from 0 to 2**31 - 1")
         self.seed = seed
@@ -121,6 +128,8 @@ class ToolCallEnv(ToolEnv):
                 " Look data up with the sql tool. The shop database (SQLite) has these "
                 f"tables:\n{SCHEMA_TEXT}"
             )
+        if self.python:
+            text += " You may also run Python programs with the python tool."
         return text + "\nGive exact numbers; round only when the question asks you to."
 
     # -- tools -----------------------------------------------------------------
@@ -130,6 +139,12 @@ class ToolCallEnv(ToolEnv):
         tools = [calculator] if "calculator" in uses else []
         if "sql" in uses:
             tools.append(dataclasses.replace(SQL_TOOL, fn=self.store.run))
+        if self.python:
+            from agentgym.envs.code.python_tool import python_tool
+            from agentgym.sandboxes import make_sandbox
+
+            self.sandbox = make_sandbox(self.sandbox_kind)
+            tools.append(python_tool(self.sandbox))
         return tools
 
     def _same_rows(self, expected: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
@@ -148,6 +163,8 @@ class ToolCallEnv(ToolEnv):
         return list(task.metadata["reference_calls"]), task.answer
 
     def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
         self.store.close()
         super().close()
 
