@@ -3,7 +3,8 @@
 Run: `python bench/sandbox.py [--runs 60]`. Compares, at concurrency 1 and 2:
 a bare unisolated subprocess (the baseline), the local sandbox cold, the
 local sandbox with a warm pool, and Docker where `make_sandbox("docker")`
-works. Aim: isolated local <= 1.5x bare at p50, warm pool <= 0.5x.
+works; back to back, and paced (a pause after each run, as when code runs come
+between generation steps). Aim: isolated local <= 1.5x bare at p50, warm pool <= 0.5x.
 """
 
 from __future__ import annotations
@@ -20,13 +21,21 @@ from agentgym.sandboxes import SandboxUnavailableError, make_sandbox
 CODE = "print(sum(range(1000)))"
 
 
-def measure(run_once: Callable[[], object], runs: int, concurrency: int) -> tuple[float, ...]:
-    """Returns (p50 s, p95 s, runs/s) of `runs` calls made by `concurrency` threads."""
+def measure(
+    run_once: Callable[[], object], runs: int, concurrency: int, gap_s: float = 0.0
+) -> tuple[float, ...]:
+    """Returns (p50 s, p95 s, runs/s) of `runs` calls made by `concurrency` threads.
+
+    `gap_s` is an untimed pause after each call: code runs in RL arrive between
+    generation steps, not back to back, and a warm pool refills in the gaps.
+    """
 
     def timed(_: int) -> float:
         t0 = time.perf_counter()
         run_once()
-        return time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        time.sleep(gap_s)
+        return elapsed
 
     for _ in range(3):  # warm-up: page cache, pools
         run_once()
@@ -44,6 +53,7 @@ def bare() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--gap-ms", type=float, default=100.0, help="pause of the paced rows")
     args = parser.parse_args()
     contenders: dict[str, Callable[[], object]] = {"bare subprocess": bare}
     local = make_sandbox("local")
@@ -58,10 +68,12 @@ def main() -> None:
     print(
         f"{'sandbox':<24} {'conc':>4} {'p50 ms':>8} {'p95 ms':>8} {'runs/s':>8} {'p50 x bare':>10}"
     )
-    for concurrency in (1, 2):
+    for concurrency, gap_s in ((1, 0.0), (2, 0.0), (1, args.gap_ms / 1e3)):
+        if gap_s:
+            print(f"paced: a {args.gap_ms:.0f} ms pause after each run (runs/s counts it)")
         base = None
         for name, run_once in contenders.items():
-            p50, p95, rate = measure(run_once, args.runs, concurrency)
+            p50, p95, rate = measure(run_once, args.runs, concurrency, gap_s)
             base = base or p50
             print(
                 f"{name:<24} {concurrency:>4} {p50 * 1e3:>8.1f} {p95 * 1e3:>8.1f} "
