@@ -48,13 +48,14 @@ def build_root(cfg):
     fds = {p: os.open(p, os.O_PATH) for p in sources if os.path.lexists(p)}
     root = "/tmp"  # any existing dir: the host's /tmp is only covered, in this namespace
     _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for path, fd in fds.items():
-        dst = root + path
-        if os.path.islink(path) and path in cfg["system_dirs"]:
-            os.symlink(os.readlink(path), dst)
+    for path in cfg["system_dirs"]:
+        if path not in fds:
             continue
-        os.makedirs(dst, exist_ok=True)
-        _bind_ro(libc, f"/proc/self/fd/{fd}", dst)
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), root + path)
+            continue
+        os.makedirs(root + path, exist_ok=True)
+        _bind_ro(libc, f"/proc/self/fd/{fds[path]}", root + path)
     os.makedirs(root + "/dev")
     _mount(libc, "tmpfs", root + "/dev", "tmpfs", MS_NOSUID, "size=64k,mode=0755")
     for name in DEVICES:
@@ -68,6 +69,12 @@ def build_root(cfg):
     for path in (cfg["workdir"], "/tmp", "/dev/shm"):
         os.makedirs(root + path, exist_ok=True)
         _mount(libc, "tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+    # The Python dirs come after the tmpfs mounts: a venv under /tmp (a CI checkout)
+    # would otherwise be hidden by the private /tmp.
+    for path in cfg["python_dirs"]:
+        if path in fds and path not in cfg["system_dirs"]:
+            os.makedirs(root + path, exist_ok=True)
+            _bind_ro(libc, f"/proc/self/fd/{fds[path]}", root + path)
     os.makedirs(root + "/proc")
     _mount(libc, "proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV)
     for fd in fds.values():

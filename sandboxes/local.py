@@ -195,14 +195,16 @@ class LocalSandbox:
                 args += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 args += ["--ro-bind", path, path]
+        size = str(self.tmpfs_bytes)
+        for path in (WORKDIR, "/tmp", "/dev/shm"):
+            args += ["--perms", "1777", "--size", size, "--tmpfs", path]
+        # The Python dirs come after the tmpfs mounts: a venv under /tmp (a CI checkout)
+        # would otherwise be hidden by the private /tmp.
         parents = {str(p) for d in self._python_dirs for p in Path(d).parents if str(p) != "/"}
         for path in sorted(parents, key=len):  # bwrap would make them 0700, closed to the code
             args += ["--perms", "0755", "--dir", path]
         for path in self._python_dirs:
             args += ["--ro-bind", path, path]
-        size = str(self.tmpfs_bytes)
-        for path in (WORKDIR, "/tmp", "/dev/shm"):
-            args += ["--perms", "1777", "--size", size, "--tmpfs", path]
         args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", "/"]
         args += ["--clearenv"] + [a for k, v in SAFE_ENV.items() for a in ("--setenv", k, v)]
         return args
