@@ -1,7 +1,8 @@
 """The first code that runs inside a local sandbox, passed to `python -I -c`.
 
 It is source, not an imported module: `LocalSandbox` hands this file's text
-to the sandboxed interpreter with a JSON config as argv[1]. In order it
+to the sandboxed interpreter with its config as argv[1] (marshal, in hex; the
+payload comes on the control pipe, marshalled too). In order it
 (1) builds the private root when the sandbox is `unshare` (bubblewrap
 builds it otherwise), (2) drops to the unprivileged uid when it started as
 root, (3) waits for the run's payload on the control pipe -- a warm-pool process waits
@@ -9,11 +10,11 @@ here --, then (4) writes the files, sets the rlimits and runs the code as
 `__main__`. Only the standard library; nothing here trusts the payload.
 """
 
-import json
+# Only built-in modules (no json, no traceback): their imports were half of a run's start-up.
+import marshal
 import os
 import resource
 import sys
-import traceback  # imported before the limits, to report a MemoryError
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
 MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 4096, 8192, 16384, 1 << 18
@@ -100,7 +101,7 @@ def read_payload(fd):
     while chunk := os.read(fd, 1 << 16):
         chunks.append(chunk)
     os.close(fd)
-    return json.loads(b"".join(chunks))
+    return marshal.loads(b"".join(chunks))
 
 
 def write_files(workdir, files):
@@ -120,7 +121,7 @@ def set_limits(limits):
 
 
 def main():
-    cfg = json.loads(sys.argv[1])
+    cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
     if cfg.get("build_root"):
         build_root(cfg)
     if cfg.get("uid") is not None and os.getuid() == 0:
@@ -140,7 +141,8 @@ def main():
     except SystemExit:
         raise
     except BaseException as exc:  # the code's own exception: print it without this frame
-        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
+        exc = exc.with_traceback(exc.__traceback__.tb_next)  # the hook prints exc's own
+        sys.__excepthook__(type(exc), exc, exc.__traceback__)  # C code: works out of memory
         sys.exit(1)
 
 

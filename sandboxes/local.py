@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import marshal
 import math
 import os
 import secrets
@@ -106,6 +107,11 @@ class LocalSandbox:
         pool_size: warm interpreters kept waiting for code (0: none). Each
             serves one run and is replaced in the background.
         python: the interpreter inside the sandbox (default: this one).
+        site_packages: let the code import the interpreter's installed
+            packages. Off by default: the code sees the standard library
+            only (`python -S`), which is less to attack, keeps graders'
+            packages (e.g. a dataset with the answers) out of reach, and
+            skips site processing, the larger part of interpreter start-up.
         max_file_mb: RLIMIT_FSIZE, the largest file the code may write.
         tmpfs_mb: size of each of the work dir and /tmp.
         max_processes: RLIMIT_NPROC, processes and threads per run.
@@ -121,6 +127,7 @@ class LocalSandbox:
         max_output_bytes: int = 1_000_000,
         pool_size: int = 0,
         python: str | None = None,
+        site_packages: bool = False,
         max_file_mb: int = 10,
         tmpfs_mb: int = 64,
         max_processes: int = 32,
@@ -129,6 +136,7 @@ class LocalSandbox:
         self.isolation = self._resolve(isolation)
         self.max_output_bytes = max_output_bytes
         self.python = python or sys.executable
+        self.site_packages = site_packages
         self.limits = {"max_file_mb": max_file_mb, "nproc": max_processes, "nofile": max_open_files}
         self.tmpfs_bytes = tmpfs_mb << 20
         self._python_dirs = _python_dirs(self.python)
@@ -175,7 +183,8 @@ class LocalSandbox:
                 "system_dirs": SYSTEM_DIRS,
                 "python_dirs": self._python_dirs,
             }
-        boot = [self.python, "-I", "-c", _BOOTSTRAP, json.dumps(cfg)]
+        flags = ["-I"] if self.site_packages else ["-I", "-S"]
+        boot = [self.python, *flags, "-c", _BOOTSTRAP, marshal.dumps(cfg, 4).hex()]
         if self.isolation == "none":
             return boot
         if self.isolation == "unshare":
@@ -279,13 +288,13 @@ class LocalSandbox:
             "RLIMIT_NPROC": self.limits["nproc"],
             "RLIMIT_CORE": 0,
         }
-        payload = json.dumps({"code": code, "files": dict(files or {}), "limits": limits})
+        payload = marshal.dumps({"code": code, "files": dict(files or {}), "limits": limits}, 4)
         start = time.monotonic()
         try:
             out, err, cut = communicate(
                 proc,
                 ctl,
-                payload.encode(),
+                payload,
                 stdin.encode(),
                 start + timeout_s,
                 self.max_output_bytes,
