@@ -13,7 +13,7 @@ Subclasses supply the tasks and the judging through four hooks:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -152,6 +152,17 @@ class AgentEnv(gym.Env[list, str]):
         if self.render_mode != "ansi":
             return None
         return "\n".join(f"[{m.role}] {m.content}" for m in self.messages)
+
+
+def interleave(families: Sequence[str], index: int, total: int) -> tuple[str, int]:
+    """(family, index within it) of a split's `index`-th task when families take turns.
+
+    Turn-taking makes a seeded draw pick every family equally often.
+    Raises IndexError unless 0 <= index < total.
+    """
+    if not 0 <= index < total:
+        raise IndexError(f"task index {index} out of range 0..{total - 1}")
+    return families[index % len(families)], index // len(families)
 
 
 class UnknownEnvError(ValueError):

@@ -29,7 +29,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.core import SPLITS, AgentEnv, Feedback, Split, Task
+from agentgym.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
 from agentgym.envs.code import harness, runner
 from agentgym.envs.code.tasks import (
     FAMILIES,
@@ -159,11 +159,9 @@ class CodeEnv(AgentEnv):
         return len(self.families) * max(len(self._names(f, split)) for f in self.families)
 
     def task_id(self, split: Split, index: int) -> str:
-        if not 0 <= index < self.num_tasks(split):
-            raise IndexError(f"task index {index} out of range 0..{self.num_tasks(split) - 1}")
-        family = self.families[index % len(self.families)]
+        family, k = interleave(self.families, index, self.num_tasks(split))
         names = self._names(family, split)
-        return f"{family}/{split}/{names[(index // len(self.families)) % len(names)]}"
+        return f"{family}/{split}/{names[k % len(names)]}"
 
     def load_task(self, task_id: str) -> Task:
         match = _TASK_ID.fullmatch(task_id) if isinstance(task_id, str) else None

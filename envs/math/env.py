@@ -19,7 +19,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.core import SPLITS, AgentEnv, Feedback, Split, Task
+from agentgym.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
 from agentgym.rewards import Format, combine, extract_boxed, format_reward, math_reward
 
 GENERATORS: tuple[str, ...] = (
@@ -133,10 +133,8 @@ class MathEnv(AgentEnv):
         return len(self.generators) * self.sizes[split]
 
     def task_id(self, split: Split, index: int) -> str:
-        if not 0 <= index < self.num_tasks(split):
-            raise IndexError(f"task index {index} out of range 0..{self.num_tasks(split) - 1}")
-        generator = self.generators[index % len(self.generators)]
-        return f"{generator}/{split}/{index // len(self.generators)}"
+        generator, k = interleave(self.generators, index, self.num_tasks(split))
+        return f"{generator}/{split}/{k}"
 
     def load_task(self, task_id: str) -> Task:
         generator, split, index = self._parse_task_id(task_id)

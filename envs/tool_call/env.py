@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from agentgym.core import SPLITS, Split, Task
+from agentgym.core import SPLITS, Split, Task, interleave
 from agentgym.envs.tool_call.calculator import calculate, same_value
 from agentgym.envs.tool_call.store import SCHEMA_TEXT, ReadOnlyStore
 from agentgym.envs.tool_call.tasks import FAMILIES, family_size, problem
@@ -177,10 +177,8 @@ class ToolCallEnv(ToolEnv):
         return len(self.families) * max(self._size(f, split) for f in self.families)
 
     def task_id(self, split: Split, index: int) -> str:
-        if not 0 <= index < self.num_tasks(split):
-            raise IndexError(f"task index {index} out of range 0..{self.num_tasks(split) - 1}")
-        family = self.families[index % len(self.families)]
-        return f"{family}/{split}/{(index // len(self.families)) % self._size(family, split)}"
+        family, k = interleave(self.families, index, self.num_tasks(split))
+        return f"{family}/{split}/{k % self._size(family, split)}"
 
     def load_task(self, task_id: str) -> Task:
         family, split, index = self._parse_task_id(task_id)
