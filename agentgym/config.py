@@ -76,6 +76,9 @@ class RunConfig(_Section):
     )
     log_completions: int = Field(4, ge=0, description="Completions written per step.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
+    stop_on_health: bool = Field(
+        False, description="Stop (with a checkpoint) when a health warning fires (agentgym.health)."
+    )
 
 
 class Config(_Section):

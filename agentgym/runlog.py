@@ -76,9 +76,11 @@ class RunLog:
 
             self.writer = SummaryWriter(str(self.directory / "tb"))
 
-    def metrics(self, step: int, values: dict[str, float]) -> None:
-        """Appends one line to metrics.jsonl (and TensorBoard)."""
+    def metrics(self, step: int, values: dict[str, float], health: Sequence[str] = ()) -> None:
+        """Appends one line to metrics.jsonl (and TensorBoard); `health` lists warning kinds."""
         record = {"step": step, **{k: _finite(v) for k, v in values.items()}}
+        if health:
+            record["health"] = list(health)
         with open(self.directory / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if self.writer is not None:

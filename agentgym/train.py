@@ -18,6 +18,7 @@ from agentgym import grpo
 from agentgym.checkpoint import save_checkpoint
 from agentgym.config import Config
 from agentgym.core import make_env
+from agentgym.health import check_health
 from agentgym.learner import Learner
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
@@ -105,17 +106,26 @@ def train(config: Config) -> Path:
     envs = [make_env(run.env, **run.env_kwargs) for _ in range(g.tasks_per_step * g.group_size)]
     log = RunLog(run.output, tensorboard=run.tensorboard)
     rng = np.random.default_rng(run.seed)
+    history: list[dict[str, float]] = []
     try:
         with _progress() as bar:
             task = bar.add_task("train", total=run.steps, reward=0.0, sps=0.0)
             for step in range(1, run.steps + 1):
                 trajectories, metrics = train_step(config, rng, envs, policy, learner, tokenizer)
-                log.metrics(step, metrics)
+                history.append({"step": step, **metrics})
+                warnings = check_health(history, beta=g.beta)
+                for w in warnings:
+                    bar.console.print(f"[yellow]health[/yellow] step {step}: {w.kind}: {w.message}")
+                log.metrics(step, metrics, health=[w.kind for w in warnings])
                 log.completions(step, trajectories, run.log_completions)
-                if step % run.save_every == 0 or step == run.steps:
+                stop = bool(warnings) and run.stop_on_health
+                if step % run.save_every == 0 or step == run.steps or stop:
                     save_checkpoint(run.output, step, learner.model, tokenizer, config)
                 reward, seconds = metrics["reward/mean"], metrics["step_seconds"]
                 bar.update(task, advance=1, reward=reward, sps=seconds)
+                if stop:
+                    bar.console.print("stopping early: run.stop_on_health is set")
+                    break
     finally:
         log.close()
         for env in envs:

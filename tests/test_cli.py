@@ -162,3 +162,16 @@ def test_a_custom_tool_env_from_a_test_file_trains_one_step(tmp_path):
     (row,) = _metrics(out)
     assert row["step"] == 1 and "tools/calls_per_episode" in row
     assert (out / "checkpoint-000001" / "model.safetensors").is_file()
+
+
+def test_a_health_warning_is_logged_and_can_stop_the_run(tmp_path):
+    # a random model never boxes an answer: every group has equal rewards, so after three
+    # steps more than half the groups have had zero variance three steps running
+    out = tmp_path / "run"
+    argv = ["train", "--env", "math", "--model", "tiny-random", "--steps", "6"]
+    extra = ["--set", "run.stop_on_health=true", "--set", "sampling.max_new_tokens=8"]
+    assert main([*argv, "--output", str(out), *SMALL, *extra]) == 0
+    rows = _metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert "health" not in rows[1] and rows[2]["health"] == ["zero_variance"]
+    assert (out / "checkpoint-000003" / "model.safetensors").is_file()
