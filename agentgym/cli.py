@@ -1,4 +1,4 @@
-"""The `agentgym` command: train, envs, doctor."""
+"""The `agentgym` command: train, sft, envs, doctor."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from typing import Any
 from agentgym.config import Config, ConfigError, load_config, parse_override
 
 
-def _train_parser(sub) -> None:
-    p = sub.add_parser("train", help="GRPO-train a policy on an environment.")
+def _run_parser(sub, name: str, help_text: str, steps_field: str) -> None:
+    p = sub.add_parser(name, help=help_text)
     p.add_argument("--env", help="math, a registered id, or module:Env-v0 (run.env)")
     p.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (model.name)")
     p.add_argument("--config", type=Path, help="YAML config; flags and --set override it")
-    p.add_argument("--steps", type=int, help="training steps (run.steps)")
+    p.add_argument("--steps", type=int, help=f"steps ({steps_field})")
+    p.set_defaults(steps_field=steps_field)
     p.add_argument("--output", type=Path, help="run directory (run.output)")
     p.add_argument(
         "--set",
@@ -34,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agentgym", description="Train tool-calling LLM agents with GRPO."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    _train_parser(sub)
+    _run_parser(sub, "train", "GRPO-train a policy on an environment.", "run.steps")
+    _run_parser(sub, "sft", "Supervised warm-up on the environment's demonstrations.", "sft.steps")
     sub.add_parser("envs", help="List the registered agent environments.")
     doctor = sub.add_parser("doctor", help="Check a model's chat template for tool use.")
     doctor.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (default)")
@@ -50,7 +52,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     flags = {
         "run.env": args.env,
         "model.name": args.model,
-        "run.steps": args.steps,
+        args.steps_field: args.steps,
         "run.output": str(args.output) if args.output else None,
     }
     overrides.update({k: v for k, v in flags.items() if v is not None})
@@ -74,6 +76,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     run_dir = train(config)
     print(f"run written to {run_dir}")
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from agentgym.core import resolve_env_id
+    from agentgym.sft import sft
+
+    config = config_from_args(args)
+    resolve_env_id(config.run.env)  # fail before loading a model
+    if (config.run.output / "metrics.jsonl").exists():
+        raise ConfigError(f"run.output {str(config.run.output)!r} already holds a run")
+    out = sft(config)
+    print(f"checkpoint written to {out / f'checkpoint-{config.sft.steps:06d}'}")
     return 0
 
 
@@ -122,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym.policy.models import ModelNotFoundError
 
     args = build_parser().parse_args(argv)
-    commands = {"train": cmd_train, "envs": cmd_envs, "doctor": cmd_doctor}
+    commands = {"train": cmd_train, "sft": cmd_sft, "envs": cmd_envs, "doctor": cmd_doctor}
     try:
         return commands[args.command](args)
     except (ConfigError, UnknownEnvError, ModelNotFoundError) as err:

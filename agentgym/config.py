@@ -63,6 +63,13 @@ class LoraConfig(_Section):
     target_modules: str | list[str] = Field("all-linear", description="Modules to adapt.")
 
 
+class SFTConfig(_Section):
+    steps: int = Field(50, ge=1, description="Steps of the supervised warm-up (`agentgym sft`).")
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate of the warm-up.")
+    batch_size: int = Field(8, ge=1, description="Demonstrations per step.")
+    demonstrations: int = Field(64, ge=1, description="Demonstration episodes drawn from train.")
+
+
 class RunConfig(_Section):
     env: str = Field("math", description="Env: a short name, a registered id, or module:Env-v0.")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to gym.make.")
@@ -89,6 +96,7 @@ class Config(_Section):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
     run: RunConfig = Field(default_factory=RunConfig)
 
 

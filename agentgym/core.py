@@ -97,6 +97,12 @@ class AgentEnv(gym.Env[list, str]):
         opening = [Message("system", self.system_prompt)] if self.system_prompt else []
         return [*opening, Message("user", task.prompt)]
 
+    def demonstration(self, task: Task) -> list[str]:
+        """A correct episode on `task`, as the assistant's turns: SFT warm-up data."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no demonstrations; implement demonstration(task) for sft"
+        )
+
     def tools(self) -> list[dict[str, Any]]:
         """JSON schemas of the tools the agent may call; none by default."""
         return []

@@ -198,6 +198,9 @@ class CodeEnv(AgentEnv):
             code = generated_reference_source(problem.key)
         return f"```python\n{code}```"
 
+    def demonstration(self, task: Task) -> list[str]:
+        return [self.reference_solution(task.task_id)]
+
     # -- judging ---------------------------------------------------------------
 
     def respond(self, action: str) -> Feedback:

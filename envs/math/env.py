@@ -158,6 +158,10 @@ class MathEnv(AgentEnv):
             )
         return match["generator"], match["split"], int(match["index"])
 
+    def demonstration(self, task: Task) -> list[str]:
+        """The answer in the expected format (SFT teaches the format, FAQ 1)."""
+        return [f"The answer is \\boxed{{{task.answer}}}."]
+
     def respond(self, action: str) -> Feedback:
         """Scores the boxed answer: `math_reward + 0.1 * format_reward`; ends the episode."""
         expected = self.task.answer

@@ -162,6 +162,14 @@ class ToolCallEnv(ToolEnv):
         task = self.load_task(task_id)
         return list(task.metadata["reference_calls"]), task.answer
 
+    def demonstration(self, task: Task) -> list[str]:
+        """The reference calls, one turn each, then the final answer, in this env's format."""
+        calls, answer = self.reference_solution(task.task_id)
+        if self.format.name == "react":
+            turns = [f"Thought: I need the {c.name} tool.\n{self.format.render_call(c)}" for c in calls]
+            return [*turns, f"Thought: I have the answer.\nFinal Answer: {answer}"]
+        return [*(self.format.render_call(c) for c in calls), f"The answer is \\boxed{{{answer}}}."]
+
     def close(self) -> None:
         if self.sandbox is not None:
             self.sandbox.close()

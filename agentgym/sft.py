@@ -1,0 +1,99 @@
+"""Supervised warm-up on each environment's own demonstrations (the tutorial's FAQ 1).
+
+GRPO learns nothing from a group whose rewards are all equal, and a base model
+that never writes the expected format earns the same reward every time. A short
+SFT on correct episodes teaches the format first. Demonstrations are played
+through the real environment by the real rollout, so their tokens and loss
+mask are built exactly as in training: the loss covers the assistant's tokens
+only, never the prompt or tool results.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agentgym.checkpoint import save_checkpoint
+from agentgym.config import Config
+from agentgym.core import make_env
+from agentgym.learner import _wrap_lora, token_logprobs
+from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.rollout import TaskSpec, collect
+from agentgym.types import Batch, Trajectory
+
+
+class ScriptPolicy:
+    """Plays fixed assistant turns, one per `generate` call, for a single episode."""
+
+    def __init__(self, tokenizer, turns: list[str]):
+        self.tokenizer, self.turns, self.next = tokenizer, turns, 0
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        if len(prompts) != 1 or self.next >= len(self.turns):
+            raise RuntimeError("a demonstration ran past its scripted turns")
+        ids = self.tokenizer.encode(self.turns[self.next], add_special_tokens=False)
+        ids.append(self.tokenizer.eos_token_id)
+        self.next += 1
+        return [Generation(tuple(ids), (0.0,) * len(ids), "stop")]
+
+    def load_weights(self, named_tensors) -> None:
+        raise NotImplementedError("a ScriptPolicy has no weights")
+
+
+def demonstrations(config: Config, tokenizer, count: int, seed: int) -> list[Trajectory]:
+    """`count` demonstration episodes of train tasks, tokenized as the rollout tokenizes."""
+    env = make_env(config.run.env, **config.run.env_kwargs)
+    try:
+        out = []
+        for s in np.random.default_rng(seed).integers(0, 2**31 - 1, size=count):
+            env.reset(seed=int(s))
+            task = env.unwrapped.task
+            policy = ScriptPolicy(tokenizer, env.unwrapped.demonstration(task))
+            spec = TaskSpec(task_id=task.task_id)
+            out += collect([env], [spec], 1, policy, tokenizer, SamplingParams(max_new_tokens=1))
+        return out
+    finally:
+        env.close()
+
+
+def sft_loss(model, batch: Batch) -> torch.Tensor:
+    """Mean negative log-likelihood of the batch's mask-1 (assistant) tokens."""
+    logp, _ = token_logprobs(model, batch, temperature=1.0)
+    return -(logp * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
+
+
+def sft(config: Config) -> Path:
+    """Fine-tunes on demonstrations for `config.sft.steps` steps; returns the run directory."""
+    s, out = config.sft, Path(config.run.output)
+    torch.manual_seed(config.run.seed)
+    model, tokenizer = load_model_and_tokenizer(config.model.name)
+    model = _wrap_lora(model, config) if config.lora.enabled else model
+    demos = demonstrations(config, tokenizer, s.demonstrations, config.run.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=s.lr)
+    rng = np.random.default_rng(config.run.seed)
+    model.train()
+    with open(out / "metrics.jsonl", "a") as log:
+        for step in range(1, s.steps + 1):
+            start = time.perf_counter()
+            chosen = [demos[i] for i in rng.choice(len(demos), size=s.batch_size)]
+            batch = Batch.from_trajectories(
+                chosen, torch.zeros(len(chosen)), tokenizer.pad_token_id
+            )
+            loss = sft_loss(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.max_grad_norm)
+            optimizer.step()
+            record = {"step": step, "sft/loss": float(loss), "grad_norm": float(grad_norm),
+                      "step_seconds": time.perf_counter() - start}  # fmt: skip
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+    save_checkpoint(out, s.steps, model, tokenizer, config)
+    return out
