@@ -166,7 +166,8 @@ class ToolCallEnv(ToolEnv):
         """The reference calls, one turn each, then the final answer, in this env's format."""
         calls, answer = self.reference_solution(task.task_id)
         if self.format.name == "react":
-            turns = [f"Thought: I need the {c.name} tool.\n{self.format.render_call(c)}" for c in calls]
+            render = self.format.render_call
+            turns = [f"Thought: I need the {c.name} tool.\n{render(c)}" for c in calls]
             return [*turns, f"Thought: I have the answer.\nFinal Answer: {answer}"]
         return [*(self.format.render_call(c) for c in calls), f"The answer is \\boxed{{{answer}}}."]
 
