@@ -91,7 +91,7 @@ def sft(config: Config) -> Path:
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.max_grad_norm)
             optimizer.step()
-            record = {"step": step, "sft/loss": float(loss), "grad_norm": float(grad_norm),
+            record = {"step": step, "sft/loss": loss.item(), "grad_norm": float(grad_norm),
                       "step_seconds": time.perf_counter() - start}  # fmt: skip
             log.write(json.dumps(record) + "\n")
             log.flush()
