@@ -175,3 +175,13 @@ def test_a_health_warning_is_logged_and_can_stop_the_run(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert "health" not in rows[1] and rows[2]["health"] == ["zero_variance"]
     assert (out / "checkpoint-000003" / "model.safetensors").is_file()
+
+
+def test_a_lora_run_saves_only_the_adapters(tmp_path):
+    out = tmp_path / "run"
+    argv = ["train", "--env", "tool_call", "--model", "tiny-random", "--steps", "1"]
+    lora = ["--set", "lora.enabled=true", "--set", "lora.r=4"]
+    assert main([*argv, "--output", str(out), *SMALL, *lora]) == 0
+    checkpoint = out / "checkpoint-000001"
+    assert (checkpoint / "adapter_model.safetensors").is_file()
+    assert not (checkpoint / "model.safetensors").exists()
