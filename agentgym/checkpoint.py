@@ -12,14 +12,17 @@ import yaml
 from agentgym.config import Config
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, config: Config) -> Path:
-    """Writes `run_dir/checkpoint-{step}`; a crash midway leaves no half-written checkpoint.
+def save_checkpoint(
+    run_dir: Path, step: int, model, tokenizer, config: Config, name: str | None = None
+) -> Path:
+    """Writes `run_dir/checkpoint-{step}` (or `run_dir/{name}`); a crash midway leaves no
+    half-written checkpoint.
 
     The files go to a temporary folder beside the target, which is renamed into
     place only once complete. A LoRA run saves its adapters (peft's
     `adapter_model.safetensors`), a full run the whole model.
     """
-    target = Path(run_dir) / f"checkpoint-{step:06d}"
+    target = Path(run_dir) / (name or f"checkpoint-{step:06d}")
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=run_dir))
     try:
         model.save_pretrained(staging, safe_serialization=True)

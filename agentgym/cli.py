@@ -1,4 +1,4 @@
-"""The `agentgym` command: train, sft, envs, doctor."""
+"""The `agentgym` command: train, sft, eval, envs, doctor."""
 
 from __future__ import annotations
 
@@ -37,6 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub, "train", "GRPO-train a policy on an environment.", "run.steps")
     _run_parser(sub, "sft", "Supervised warm-up on the environment's demonstrations.", "sft.steps")
+    ev = sub.add_parser("eval", help="Evaluate a model on an environment's held-out tasks.")
+    ev.add_argument("--env", help="math, a registered id, or module:Env-v0 (run.env)")
+    ev.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (model.name)")
+    ev.add_argument("--config", type=Path, help="YAML config (env_kwargs, sampling, eval)")
+    ev.add_argument("--split", choices=["train", "test"], help="split of the tasks (eval.split)")
+    ev.add_argument("--tasks", type=int, help="how many tasks, from the split's first (eval.tasks)")
+    ev.add_argument("--n", type=int, default=4, help="sampled episodes per task, for pass@k")
+    ev.add_argument("--k", type=int, default=None, help="k of pass@k and maj@k (default: n)")
+    ev.add_argument("--baseline", help="a second model, played on the same tasks and compared")
+    ev.add_argument("--output", type=Path, help="report folder (default runs/eval-<env>-<time>)")
+    ev.add_argument("--set", dest="overrides", action="append", default=[],
+                    metavar="SECTION.FIELD=VALUE", help="override any config field")  # fmt: skip
     sub.add_parser("envs", help="List the registered agent environments.")
     doctor = sub.add_parser("doctor", help="Check a model's chat template for tool use.")
     doctor.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (default)")
@@ -92,6 +104,30 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agentgym.core import resolve_env_id
+    from agentgym.heldout import run_eval
+
+    overrides: dict[str, Any] = dict(parse_override(item) for item in args.overrides)
+    flags = {"run.env": args.env, "model.name": args.model, "eval.split": args.split,
+             "eval.tasks": args.tasks}  # fmt: skip
+    overrides.update({k: v for k, v in flags.items() if v is not None})
+    config = load_config(args.config, overrides)
+    resolve_env_id(config.run.env)  # fail before loading a model
+    k = args.k if args.k is not None else max(args.n, 1)
+    if args.n < 0 or (args.n and not 1 <= k <= args.n) or (not args.n and args.k):
+        raise ConfigError(f"--n {args.n} --k {args.k}: need n >= 0 and 1 <= k <= n (k needs n)")
+    output = args.output
+    if output is None:
+        name = config.run.env.replace("/", "_").replace(":", "_")
+        output = Path("runs") / f"eval-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if (output / "report.json").exists():
+        raise ConfigError(f"--output {str(output)!r} already holds a report; choose a new one")
+    run_eval(config, n=args.n, k=k, baseline=args.baseline, output=output)
+    print(f"report written to {output}")
+    return 0
+
+
 def cmd_envs(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
@@ -137,7 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym.policy.models import ModelNotFoundError
 
     args = build_parser().parse_args(argv)
-    commands = {"train": cmd_train, "sft": cmd_sft, "envs": cmd_envs, "doctor": cmd_doctor}
+    commands = {
+        "train": cmd_train,
+        "sft": cmd_sft,
+        "eval": cmd_eval,
+        "envs": cmd_envs,
+        "doctor": cmd_doctor,
+    }
     try:
         return commands[args.command](args)
     except (ConfigError, UnknownEnvError, ModelNotFoundError) as err:

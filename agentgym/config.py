@@ -46,6 +46,26 @@ class GRPOConfig(_Section):
     loss: Literal["grpo", "token_mean", "dr_grpo"] = Field(
         "grpo", description="Loss aggregation, by name in agentgym.grpo's registry."
     )
+    beta_start: float | None = Field(
+        None,
+        ge=0,
+        description="Beta schedule (FAQ 3): start here and move linearly to `beta` "
+        "over `beta_warmup_steps` steps; None keeps `beta` throughout.",
+    )
+    beta_warmup_steps: int = Field(0, ge=0, description="Steps of the beta schedule.")
+    length_penalty: float = Field(
+        0.0,
+        ge=0,
+        description="Subtracted from each episode's reward per sampled token "
+        "(FAQ 7: reward - 0.001 * length); 0 turns it off.",
+    )
+
+    def beta_at(self, step: int) -> float:
+        """The KL coefficient at `step` (1-based) under the beta schedule."""
+        if self.beta_start is None or self.beta_warmup_steps == 0:
+            return self.beta
+        done = min(1.0, (step - 1) / self.beta_warmup_steps)
+        return self.beta_start + done * (self.beta - self.beta_start)
 
 
 class OptimConfig(_Section):
@@ -68,6 +88,29 @@ class SFTConfig(_Section):
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate of the warm-up.")
     batch_size: int = Field(8, ge=1, description="Demonstrations per step.")
     demonstrations: int = Field(64, ge=1, description="Demonstration episodes drawn from train.")
+    warmup: bool = Field(
+        False, description="`agentgym train` runs this SFT first, in the same process (FAQ 1)."
+    )
+
+
+class EvalConfig(_Section):
+    every: int = Field(
+        0,
+        ge=0,
+        description="Evaluate on held-out tasks every N train steps and keep "
+        "checkpoint-best by held-out correctness; 0 never does.",
+    )
+    tasks: int = Field(48, ge=1, description="Held-out tasks of those evaluations (selection).")
+    report_tasks: int = Field(
+        0,
+        ge=0,
+        description="Held-out tasks of the closing table (start, SFT, best), "
+        "disjoint from the selection tasks; 0 skips it.",
+    )
+    split: Literal["train", "test"] = Field("test", description="Split the tasks come from.")
+    max_new_tokens: int | None = Field(
+        None, gt=0, description="Tokens per turn when evaluating; None: sampling.max_new_tokens."
+    )
 
 
 class RunConfig(_Section):
@@ -97,6 +140,7 @@ class Config(_Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     run: RunConfig = Field(default_factory=RunConfig)
 
 

@@ -14,32 +14,78 @@ import copy
 from collections.abc import Iterator
 
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 from agentgym import grpo
 from agentgym.config import Config
+from agentgym.policy.hf import cache_kwarg
 from agentgym.types import Batch
+
+MIN_SHARED_PREFIX = 16
+"""Rows sharing fewer leading tokens than this are run whole, each on its own."""
+
+
+def shared_prefix_length(batch: Batch) -> int:
+    """Leading columns every row shares (same ids, all attended), up to the first target.
+
+    The whole batch's system prompt, and a group's whole prompt, are such a
+    prefix; it stops at the first column any loss mask selects, so that every
+    logit the loss needs comes from the suffix pass.
+    """
+    ids, mask = batch.input_ids, batch.attention_mask
+    same = (ids == ids[:1]).all(dim=0) & mask.bool().all(dim=0)
+    active = batch.loss_mask.any(dim=0).nonzero()
+    first = int(active[0]) if len(active) else 0
+    return min(int(same.int().cumprod(dim=0).sum()), first)
+
+
+def _decoder_and_head(model):
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+def _hidden_states(model, batch: Batch) -> tuple[torch.Tensor, int]:
+    """The last hidden states [N, L - P] of positions P.., and P, the shared prefix run once.
+
+    The prefix is run for one row into a KV cache, which is repeated for every
+    row (gradients flow back through it); each row's suffix then attends to it.
+    """
+    decoder, _ = _decoder_and_head(model)
+    ids, mask = batch.input_ids, batch.attention_mask
+    shared = shared_prefix_length(batch) if batch.size > 1 else 0
+    if shared < MIN_SHARED_PREFIX:
+        return decoder(input_ids=ids, attention_mask=mask).last_hidden_state, 0
+    key = cache_kwarg(decoder)
+    cache = DynamicCache()
+    prefix = ids[:1, :shared]
+    decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True,
+            **{key: cache})  # fmt: skip
+    cache.batch_repeat_interleave(batch.size)
+    positions = torch.arange(shared, ids.shape[1], device=ids.device).expand(batch.size, -1)
+    out = decoder(input_ids=ids[:, shared:], attention_mask=mask, position_ids=positions,
+                  use_cache=True, **{key: cache})  # fmt: skip
+    return out.last_hidden_state, shared
 
 
 def token_logprobs(model, batch: Batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs [N, L-1] of each target token, and the entropy [N, L-1] of its distribution.
 
-    Logits are computed only from the first column any row's loss mask selects
-    (`logits_to_keep`), so prompt positions cost no vocabulary projection; the
-    columns before it read 0. The entropy is detached: it is a metric.
+    Only the positions the loss mask selects are projected onto the vocabulary
+    (the rest read 0), so the prompt and tool results cost no logits, and the
+    batch's shared prefix (the system prompt) is run once, not once per row.
+    The entropy is detached: it is a metric.
     """
-    width = batch.loss_mask.shape[1]
-    active = batch.loss_mask.any(dim=0).nonzero()
-    first = int(active[0]) if len(active) else 0
-    keep = torch.arange(first, width, device=batch.input_ids.device)
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep)
-    logsm = torch.log_softmax(out.logits.float() / temperature, dim=-1)
-    targets = batch.input_ids[:, first + 1 :]
-    kept = logsm.gather(-1, targets[..., None]).squeeze(-1)
-    logp = torch.cat([kept.new_zeros(batch.size, first), kept], dim=1)
+    hidden, shared = _hidden_states(model, batch)
+    rows, cols = batch.loss_mask.nonzero(as_tuple=True)
+    _, head = _decoder_and_head(model)
+    logits = head(hidden[rows, cols - shared]).float() / temperature
+    logsm = torch.log_softmax(logits, dim=-1)
+    kept = logsm.gather(-1, batch.input_ids[rows, cols + 1, None]).squeeze(-1)
+    logp = torch.zeros(batch.loss_mask.shape, dtype=kept.dtype, device=kept.device)
+    logp = logp.index_put((rows, cols), kept)
     with torch.no_grad():
         entropy = torch.zeros_like(logp)
-        entropy[:, first:] = grpo.entropy_from_logprobs(logsm)
+        entropy[rows, cols] = grpo.entropy_from_logprobs(logsm)
     return logp, entropy
 
 
@@ -70,7 +116,9 @@ class Learner:
         self.model = _wrap_lora(model, config) if config.lora.enabled else model
         self.model.train()
         self.reference = None
-        if config.grpo.beta > 0 and not config.lora.enabled:
+        self.beta = config.grpo.beta
+        needs_reference = max(config.grpo.beta, config.grpo.beta_start or 0.0) > 0
+        if needs_reference and not config.lora.enabled:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.loss_fn = grpo.get_policy_loss(config.grpo.loss)
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -95,7 +143,7 @@ class Learner:
 
     @torch.no_grad()
     def _reference_logprobs(self, batch: Batch) -> torch.Tensor | None:
-        if self.config.grpo.beta == 0:
+        if self.beta == 0:
             return None
         temperature = self.config.sampling.temperature
         with self._forward_context():
@@ -110,8 +158,13 @@ class Learner:
             return float(micro.loss_mask.sum() / whole.loss_mask.sum().clamp(min=1))
         return micro.size / whole.size
 
-    def step(self, batch: Batch) -> dict[str, float]:
-        """One optimizer step over the whole batch; returns the step's learner metrics."""
+    def step(self, batch: Batch, beta: float | None = None) -> dict[str, float]:
+        """One optimizer step over the whole batch; returns the step's learner metrics.
+
+        `beta` sets the KL coefficient from this step on (the beta schedule).
+        """
+        if beta is not None:
+            self.beta = beta
         device = next(self.model.parameters()).device
         totals = {"loss/policy": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0}
         self.optimizer.zero_grad(set_to_none=True)
@@ -137,7 +190,7 @@ class Learner:
             micro.loss_mask,
             ref_logprobs=ref,
             epsilon=self.config.grpo.epsilon,
-            beta=self.config.grpo.beta,
+            beta=self.beta,
         )
         (out.loss * weight).backward()
         return {

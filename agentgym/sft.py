@@ -67,33 +67,57 @@ def sft_loss(model, batch: Batch) -> torch.Tensor:
     return -(logp * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
 
 
-def sft(config: Config) -> Path:
-    """Fine-tunes on demonstrations for `config.sft.steps` steps; returns the run directory."""
-    s, out = config.sft, Path(config.run.output)
-    torch.manual_seed(config.run.seed)
-    model, tokenizer = load_model_and_tokenizer(config.model.name)
+def warm_up(model, tokenizer, config: Config, advance=lambda: None) -> tuple[object, list[dict]]:
+    """Runs `config.sft.steps` SFT steps on demonstrations; returns (model, step records).
+
+    With LoRA on, the adapters are trained and then merged into the weights, so
+    the returned model is a plain model: GRPO's own adapters and its KL
+    reference (the adapters switched off) then start from the SFT model.
+    `advance()` is called after each step.
+    """
+    s = config.sft
     model = _wrap_lora(model, config) if config.lora.enabled else model
     demos = demonstrations(config, tokenizer, s.demonstrations, config.run.seed)
-    out.mkdir(parents=True, exist_ok=True)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=s.lr)
     rng = np.random.default_rng(config.run.seed)
+    was_training = model.training
     model.train()
+    records = []
+    for step in range(1, s.steps + 1):
+        start = time.perf_counter()
+        chosen = [demos[i] for i in rng.choice(len(demos), size=s.batch_size)]
+        batch = Batch.from_trajectories(chosen, torch.zeros(len(chosen)), tokenizer.pad_token_id)
+        optimizer.zero_grad(set_to_none=True)
+        tokens, loss = batch.loss_mask.sum().clamp(min=1), 0.0
+        for micro in batch.split(config.optim.micro_batch_size):
+            part = sft_loss(model, micro) * (micro.loss_mask.sum() / tokens)
+            part.backward()
+            loss += part.item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.max_grad_norm)
+        optimizer.step()
+        records.append({"step": step, "sft/loss": loss, "grad_norm": float(grad_norm),
+                        "step_seconds": time.perf_counter() - start})  # fmt: skip
+        advance()
+    model.train(was_training)
+    if config.lora.enabled:
+        model = model.merge_and_unload()
+    return model, records
+
+
+def sft(config: Config) -> Path:
+    """Fine-tunes on demonstrations for `config.sft.steps` steps; returns the run directory.
+
+    The checkpoint holds the whole model (LoRA adapters merged), so `--model`
+    takes it like any other model folder.
+    """
+    out = Path(config.run.output)
+    torch.manual_seed(config.run.seed)
+    model, tokenizer = load_model_and_tokenizer(config.model.name)
+    out.mkdir(parents=True, exist_ok=True)
+    model, records = warm_up(model, tokenizer, config)
     with open(out / "metrics.jsonl", "a") as log:
-        for step in range(1, s.steps + 1):
-            start = time.perf_counter()
-            chosen = [demos[i] for i in rng.choice(len(demos), size=s.batch_size)]
-            batch = Batch.from_trajectories(
-                chosen, torch.zeros(len(chosen)), tokenizer.pad_token_id
-            )
-            loss = sft_loss(model, batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.max_grad_norm)
-            optimizer.step()
-            record = {"step": step, "sft/loss": loss.item(), "grad_norm": float(grad_norm),
-                      "step_seconds": time.perf_counter() - start}  # fmt: skip
+        for record in records:
             log.write(json.dumps(record) + "\n")
-            log.flush()
-    save_checkpoint(out, s.steps, model, tokenizer, config)
+    save_checkpoint(out, config.sft.steps, model, tokenizer, config)
     return out

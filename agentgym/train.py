@@ -6,25 +6,38 @@ checkpoint.py); this file only strings them together, one step at a time.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentgym import grpo
 from agentgym.checkpoint import save_checkpoint
 from agentgym.config import Config
+from agentgym.console import Stages, print_report
 from agentgym.core import make_env
+from agentgym.evaluate import best_step
 from agentgym.health import check_health
+from agentgym.heldout import (
+    HeldOut,
+    TaskResult,
+    build_report,
+    held_out_ids,
+    summarize,
+    write_report,
+)
 from agentgym.learner import Learner
+from agentgym.plots import training_curves
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
-from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
 from agentgym.rollout import TaskSpec, collect
 from agentgym.runlog import RunLog, rollout_metrics
+from agentgym.sft import warm_up
 from agentgym.types import Batch, Trajectory
 
 
@@ -38,15 +51,6 @@ def seed_everything(seed: int) -> None:
 def task_specs(rng: np.random.Generator, count: int) -> list[TaskSpec]:
     """`count` train tasks, each named by a fresh reset seed."""
     return [TaskSpec(seed=int(s)) for s in rng.integers(0, 2**31 - 1, size=count)]
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]step {task.completed}/{task.total}"),
-        BarColumn(),
-        TextColumn("reward {task.fields[reward]:+.3f}  {task.fields[sps]:.1f}s/step"),
-        TimeElapsedColumn(),
-    )
 
 
 def sampling_params(config: Config, rng: np.random.Generator) -> SamplingParams:
@@ -67,8 +71,12 @@ def train_step(
     policy: HFPolicy,
     learner: Learner,
     tokenizer,
+    beta: float | None = None,
 ) -> tuple[list[Trajectory], dict[str, float]]:
-    """One GRPO step: rollout, advantages, learner update, weight sync. Returns its metrics."""
+    """One GRPO step: rollout, advantages, learner update, weight sync. Returns its metrics.
+
+    `beta` is this step's KL coefficient (the beta schedule); None keeps the learner's.
+    """
     g = config.grpo
     start = time.perf_counter()
     specs = task_specs(rng, g.tasks_per_step)
@@ -78,56 +86,163 @@ def train_step(
     )  # fmt: skip
     rollout_seconds = time.perf_counter() - start
     rewards = torch.tensor([t.reward for t in trajectories])
+    if g.length_penalty:
+        lengths = torch.tensor([float(t.completion_length) for t in trajectories])
+        rewards = rewards - g.length_penalty * lengths
     advantages = grpo.group_advantages(rewards, g.group_size)
     batch = Batch.from_trajectories(trajectories, advantages, tokenizer.pad_token_id)
-    stats = learner.step(batch)
+    stats = learner.step(batch, beta=beta)
     if policy.model is not learner.model:
         policy.load_weights(learner.named_weights())
     seconds = time.perf_counter() - start
     metrics = {
         **rollout_metrics(trajectories),
         **stats,
+        "beta": learner.beta,
         "zero_variance_groups": grpo.zero_variance_fraction(rewards, g.group_size),
         "step_seconds": seconds,
         "rollout_seconds": rollout_seconds,
         "tokens_per_second": float(batch.loss_mask.sum()) / seconds,
     }
+    if g.length_penalty:
+        metrics["reward/penalised_mean"] = float(rewards.mean())
     return trajectories, metrics
 
 
+def _held_out(config: Config, tokenizer, count: int, start: int) -> HeldOut:
+    ev, run = config.eval, config.run
+    ids = held_out_ids(run.env, run.env_kwargs, count, start=start, split=ev.split)
+    return HeldOut(run.env, run.env_kwargs, ids, tokenizer,
+                   max_new_tokens=ev.max_new_tokens or config.sampling.max_new_tokens,
+                   max_episode_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+
+
+def _evaluate(held_out: HeldOut, policy: HFPolicy, stages: Stages, name: str) -> list[TaskResult]:
+    task = stages.stage(name, held_out.episodes)
+    results = held_out.run(policy, advance=lambda n: stages.bar.advance(task, n))
+    figures = summarize(results)["greedy"]
+    stages.bar.update(task, note=f"correct {figures['correctness_strict']:.3f}")
+    return results
+
+
+def _trainable_state(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
 def train(config: Config) -> Path:
-    """Runs `config.run.steps` GRPO steps; returns the run directory."""
-    run, g = config.run, config.grpo
+    """Runs the configured pipeline; returns the run directory.
+
+    Stages, each optional but GRPO: held-out evaluation of the starting model,
+    the SFT warm-up (`sft.warmup`) and its evaluation, `run.steps` GRPO steps
+    with a held-out evaluation every `eval.every` steps (keeping
+    `checkpoint-best`), then the best checkpoint's evaluation and the closing
+    table (`eval.report_tasks`), and `curves.png`.
+    """
+    run, g, ev = config.run, config.grpo, config.eval
+    out = Path(run.output)
     seed_everything(run.seed)
     model, tokenizer = load_model_and_tokenizer(config.model.name)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    learner = Learner(model.to(device), config)
-    policy = HFPolicy(learner.model, tokenizer)
+    model = model.to(device)
+    log = RunLog(out, tensorboard=run.tensorboard)
     envs = [make_env(run.env, **run.env_kwargs) for _ in range(g.tasks_per_step * g.group_size)]
-    log = RunLog(run.output, tensorboard=run.tensorboard)
-    rng = np.random.default_rng(run.seed)
+    # The selection tasks pick checkpoint-best; the report's are disjoint from them.
+    selection = _held_out(config, tokenizer, ev.tasks, 0) if ev.every else None
+    report_set = None
+    if ev.report_tasks:
+        report_set = _held_out(config, tokenizer, ev.report_tasks, ev.tasks)
+    results: dict[str, list[TaskResult]] = {}
     history: list[dict[str, float]] = []
     try:
-        with _progress() as bar:
-            task = bar.add_task("train", total=run.steps, reward=0.0, sps=0.0)
-            for step in range(1, run.steps + 1):
-                trajectories, metrics = train_step(config, rng, envs, policy, learner, tokenizer)
-                history.append({"step": step, **metrics})
-                warnings = check_health(history, beta=g.beta)
-                for w in warnings:
-                    bar.console.print(f"[yellow]health[/yellow] step {step}: {w.kind}: {w.message}")
-                log.metrics(step, metrics, health=[w.kind for w in warnings])
-                log.completions(step, trajectories, run.log_completions)
-                stop = bool(warnings) and run.stop_on_health
-                if step % run.save_every == 0 or step == run.steps or stop:
-                    save_checkpoint(run.output, step, learner.model, tokenizer, config)
-                reward, seconds = metrics["reward/mean"], metrics["step_seconds"]
-                bar.update(task, advance=1, reward=reward, sps=seconds)
-                if stop:
-                    bar.console.print("stopping early: run.stop_on_health is set")
-                    break
+        with Stages() as stages:
+            if report_set is not None:
+                results["start"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
+                                             "eval start")  # fmt: skip
+            if config.sft.warmup:
+                task = stages.stage("sft", config.sft.steps)
+                model, records = warm_up(model, tokenizer, config,
+                                         advance=lambda: stages.bar.advance(task))  # fmt: skip
+                with open(out / "sft_metrics.jsonl", "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in records)
+                stages.bar.update(task, note=f"loss {records[-1]['sft/loss']:.3f}")
+                if report_set is not None:
+                    results["sft"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
+                                               "eval sft")  # fmt: skip
+            learner = Learner(model, config)
+            policy = HFPolicy(learner.model, tokenizer)
+            best = _grpo(config, learner, policy, tokenizer, envs, selection, log, stages, history)
+            if history:
+                training_curves(history, out / "curves.png")
+            if report_set is not None:
+                name = "grpo"
+                if best is not None:
+                    policy.load_weights(best[1].items())
+                    name = f"best@{best[0]}"
+                results[name] = _evaluate(report_set, policy, stages, "eval best")
+                pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
+                if len(results) == 3:
+                    pairs.append((name, "start"))
+                report = build_report(results, comparisons=pairs, meta=_meta(config))
+                write_report(out / "report", report)
+                print_report(report, stages.bar.console)
     finally:
         log.close()
         for env in envs:
             env.close()
-    return Path(run.output)
+        for held in (report_set, selection):
+            if held is not None:
+                held.close()
+    return out
+
+
+def _grpo(config, learner, policy, tokenizer, envs, selection, log, stages, history):
+    """The GRPO steps; returns (best step, its trainable weights), or None without evaluations."""
+    run, g, ev = config.run, config.grpo, config.eval
+    rng = np.random.default_rng(run.seed)
+    best = None
+    task = stages.stage("grpo", run.steps)
+    for step in range(1, run.steps + 1):
+        trajectories, metrics = train_step(config, rng, envs, policy, learner, tokenizer,
+                                           beta=g.beta_at(step))  # fmt: skip
+        if selection is not None and (step % ev.every == 0 or step == run.steps):
+            figures = summarize(_evaluate(selection, policy, stages, f"eval step {step}"))
+            metrics.update({f"eval/{k}": figures["greedy"][v] for k, v in EVAL_METRICS.items()})
+        history.append({"step": step, **metrics})
+        warnings = check_health(history, beta=g.beta)
+        for w in warnings:
+            stages.print(f"[yellow]health[/yellow] step {step}: {w.kind}: {w.message}")
+        log.metrics(step, metrics, health=[w.kind for w in warnings])
+        log.completions(step, trajectories, run.log_completions)
+        if "eval/correctness" in metrics and best_step(history) == step:
+            best = (step, _trainable_state(learner.model))
+            save_checkpoint(run.output, step, learner.model, tokenizer, config,
+                            name="checkpoint-best")  # fmt: skip
+        stop = bool(warnings) and run.stop_on_health
+        if step % run.save_every == 0 or step == run.steps or stop:
+            save_checkpoint(run.output, step, learner.model, tokenizer, config)
+        note = f"reward {metrics['reward/mean']:+.3f}  {metrics['step_seconds']:.1f}s/step"
+        stages.bar.update(task, advance=1, note=note)
+        if stop:
+            stages.print("stopping early: run.stop_on_health is set")
+            break
+    return best
+
+
+EVAL_METRICS = {
+    "correctness": "correctness_strict",
+    "correctness_lenient": "correctness_lenient",
+    "format_accuracy": "format_accuracy",
+    "reward_mean": "reward_mean",
+    "tool_error_rate": "tool_error_rate",
+}
+"""The held-out figures logged during training, as eval/<key>."""
+
+
+def _meta(config: Config) -> dict[str, Any]:
+    return {
+        "env": config.run.env,
+        "env_kwargs": config.run.env_kwargs,
+        "model": resolve_model_name(config.model.name),
+        "split": config.eval.split,
+        "decoding": "greedy",
+    }

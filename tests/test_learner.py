@@ -97,3 +97,47 @@ def test_token_logprobs_and_entropy_match_a_full_forward_pass(tiny):
     assert torch.allclose(logp[selected], expected[selected], atol=1e-5)
     expected_entropy = -(full.exp() * full).sum(-1)
     assert torch.allclose(entropy[selected], expected_entropy[selected], atol=1e-4)
+
+
+def _prefixed_batch(vocab: int, shared: int = 20, n: int = 4, length: int = 40) -> Batch:
+    """Rows sharing their first `shared` ids (a system prompt), right-padded, masked after it."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, vocab, (n, length), generator=g)
+    ids[:, :shared] = ids[0, :shared]
+    attention = torch.ones(n, length, dtype=torch.long)
+    attention[1, -7:] = 0
+    mask = torch.zeros(n, length - 1)
+    mask[:, shared + 3 : shared + 9] = 1.0  # a first turn
+    mask[:, shared + 14 :] = 1.0  # a second turn, after a tool result
+    mask[1, -7:] = 0.0
+    return Batch(ids, attention, mask, torch.zeros(n, length - 1), torch.ones(n))
+
+
+def test_a_shared_prefix_is_run_once_with_the_same_logprobs_and_gradients(tiny):
+    from agentgym.learner import shared_prefix_length
+
+    model, tokenizer = tiny
+    batch = _prefixed_batch(len(tokenizer))
+    assert shared_prefix_length(batch) == 20
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    full = torch.log_softmax(logits[:, :-1].float(), -1)
+    expected = full.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) * batch.loss_mask
+    (expected.sum()).backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    logp, _ = token_logprobs(model, batch, 1.0)
+    assert torch.allclose(logp, expected, atol=1e-5)
+    assert logp[batch.loss_mask == 0].abs().max() == 0  # unselected positions cost nothing
+    logp.sum().backward()
+    got = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    assert got.keys() == want.keys()
+    for name, grad in want.items():
+        assert torch.allclose(got[name], grad, atol=1e-5), name
+
+
+def test_rows_that_differ_early_share_no_prefix(tiny):
+    from agentgym.learner import shared_prefix_length
+
+    batch = _batch(len(tiny[1]))
+    assert shared_prefix_length(batch) == 0

@@ -11,7 +11,7 @@ import torch
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample completions."""
+    """How to sample completions; temperature 0 decodes greedily."""
 
     max_new_tokens: int = 256
     temperature: float = 1.0

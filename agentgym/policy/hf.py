@@ -32,7 +32,7 @@ def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -
     return ids
 
 
-def _cache_kwarg(model: PreTrainedModel) -> str:
+def cache_kwarg(model: PreTrainedModel) -> str:
     """The forward() keyword for the KV cache: `cache` since transformers 5.x, else the old name."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     params = inspect.signature(type(base).forward).parameters
@@ -60,7 +60,14 @@ def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device):
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None):
-    """Draws one id per row; returns (ids [B], logprob of each under logits / T)."""
+    """Draws one id per row; returns (ids [B], logprob of each under logits / T).
+
+    Temperature 0 is greedy decoding: the argmax, with its logprob under the logits.
+    """
+    if params.temperature == 0:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        ids = logprobs.argmax(dim=-1)
+        return ids, logprobs.gather(-1, ids[:, None]).squeeze(-1)
     logprobs = torch.log_softmax(logits / params.temperature, dim=-1)
     probs = logprobs.exp()
     if params.top_p < 1.0:
@@ -97,7 +104,7 @@ class HFPolicy:
         self.stop_ids = stop_token_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id
         self._generator: torch.Generator | None = None
-        self._cache_kwarg = _cache_kwarg(model)
+        self.cache_kwarg = cache_kwarg(model)
 
     @property
     def device(self) -> torch.device:
@@ -126,7 +133,7 @@ class HFPolicy:
     def _forward(self, ids, mask, positions, cache, **kwargs):
         return self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-            **{self._cache_kwarg: cache}, **kwargs,
+            **{self.cache_kwarg: cache}, **kwargs,
         )  # fmt: skip
 
     def _prefill(self, prompts: list[list[int]], cache: DynamicCache):

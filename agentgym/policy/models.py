@@ -129,7 +129,8 @@ def load_model_and_tokenizer(
     Args:
         name: None, "embedded" or "smollm2" for the embedded SmolLM2-135M-Instruct;
             "tiny-random" for a tiny random Qwen2-style model built in code; otherwise a
-            local model folder or a Hugging Face hub id.
+            local model folder, a LoRA checkpoint (its adapters are merged into the base
+            model it names), or a Hugging Face hub id.
         dtype: The dtype of the loaded weights.
         cache_dir: Where built-in models are cached; defaults to `model_cache_root()`.
 
@@ -138,6 +139,8 @@ def load_model_and_tokenizer(
         ValueError: The model has no chat template, or no pad or eos token.
     """
     models_dir = (Path(cache_dir) if cache_dir is not None else model_cache_root()) / "models"
+    if name is not None and _is_adapter_folder(Path(name).expanduser()):
+        return _load_merged_adapter(Path(name).expanduser(), dtype, cache_dir)
     if name is None or name in EMBEDDED_NAMES:
         source, local_only = str(_embedded_folder(models_dir)), True
     elif name == TINY_RANDOM:
@@ -164,6 +167,28 @@ def load_model_and_tokenizer(
             f"default, or a local model folder. Cause: {err}"
         ) from err
     return model, tokenizer
+
+
+def _is_adapter_folder(path: Path) -> bool:
+    return (path / "adapter_config.json").is_file() and not (path / "config.json").is_file()
+
+
+def _load_merged_adapter(path: Path, dtype: torch.dtype, cache_dir: Path | None):
+    """A LoRA checkpoint's base model with the adapters merged in, and its tokenizer."""
+    from peft import PeftModel
+
+    base_name = json.loads((path / "adapter_config.json").read_text()).get(
+        "base_model_name_or_path"
+    )
+    if not base_name:
+        raise ModelNotFoundError(
+            f"LoRA checkpoint {path} names no base model (adapter_config.json has no "
+            "base_model_name_or_path)"
+        )
+    base, tokenizer = load_model_and_tokenizer(base_name, dtype=dtype, cache_dir=cache_dir)
+    if (path / "tokenizer_config.json").is_file():
+        tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(path), str(path))
+    return PeftModel.from_pretrained(base, path).merge_and_unload(), tokenizer
 
 
 def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str) -> PreTrainedTokenizerBase:

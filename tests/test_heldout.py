@@ -1,0 +1,145 @@
+"""Held-out evaluation: answers, figures by hand, greedy decoding, reports, the eval command."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from agentgym.cli import main
+from agentgym.heldout import EpisodeScore, TaskResult, compare, final_answer, summarize
+from agentgym.policy.base import SamplingParams
+from agentgym.policy.hf import HFPolicy
+
+TINY_EVAL = ["--model", "tiny-random", "--tasks", "3", "--n", "2", "--k", "2",
+             "--set", "sampling.max_new_tokens=8"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("so it is \\boxed{42}.", "42"),
+        ("Thought: done\nFinal Answer: 3.5", "3.5"),
+        ("The total is 1,234 and then 5,678.", "5678"),
+        ("no number here", None),
+        ("\\boxed{1/2} or 7", "1/2"),
+    ],
+)
+def test_final_answer_takes_the_boxed_then_stated_then_last_number(text, answer):
+    assert final_answer(text) == answer
+
+
+def _score(strict: bool, lenient: bool, answer: str | None, **kw) -> EpisodeScore:
+    base = dict(reward=1.0 if strict else 0.0, parts={"correctness": float(strict),
+                "format": 0.3 if strict else -0.2}, format_ok=strict, turns=2,
+                tool_calls=1.0, tool_errors=0.0, completion_length=10, truncated=False)  # fmt: skip
+    base.update(kw)
+    return EpisodeScore(strict=strict, lenient=lenient, answer=answer, **base)
+
+
+def test_summarize_matches_hand_computed_figures():
+    right, wrong = _score(True, True, "7"), _score(False, False, "8", tool_errors=1.0)
+    lenient_only = _score(False, True, "7.0", turns=1, completion_length=40)
+    results = [
+        TaskResult("a", "7", right, [right, wrong, wrong, right]),  # c = 2 of n = 4
+        TaskResult("b", "7", wrong, [wrong, wrong, wrong, wrong]),  # c = 0
+        TaskResult("c", "7", lenient_only, [lenient_only, lenient_only, wrong, right]),  # c = 1
+    ]
+    report = summarize(results, k=2)
+    greedy = report["greedy"]
+    assert greedy["correctness_strict"] == pytest.approx(1 / 3)
+    assert greedy["correctness_lenient"] == pytest.approx(2 / 3)
+    assert greedy["format_accuracy"] == pytest.approx(1 / 3)
+    assert greedy["turns"] == pytest.approx(5 / 3)
+    assert greedy["completion_length"] == pytest.approx(20.0)
+    assert greedy["tool_error_rate"] == pytest.approx(1 / 3)  # 1 error in 3 calls
+    assert greedy["reward_parts"]["format"] == pytest.approx((0.3 - 0.2 - 0.2) / 3)
+    sampled = report["sampled"]
+    assert report["n"] == 4 and report["k"] == 2
+    # pass@1 = mean(c / n) = (2/4 + 0 + 1/4) / 3
+    assert sampled["pass@1"] == pytest.approx(0.25)
+    # pass@2 = 1 - C(n-c, 2) / C(4, 2): task a 1 - 1/6, task b 0, task c 1 - 3/6
+    assert sampled["pass@2"] == pytest.approx((5 / 6 + 0 + 0.5) / 3)
+    # maj@2 over the first two answers: a: "7" vs "8" tie -> first ("7", right);
+    # b: "8","8" wrong; c: "7.0","7.0" are equivalent to 7 -> right
+    assert sampled["maj@2"] == pytest.approx(2 / 3)
+
+
+def test_summarize_without_samples_reports_greedy_only_and_checks_k():
+    results = [TaskResult("a", "1", _score(True, True, "1"))]
+    assert set(summarize(results)) == {"tasks", "greedy"}
+    with pytest.raises(ValueError, match="k=3"):
+        summarize([TaskResult("a", "1", _score(True, True, "1"), [_score(True, True, "1")])], k=3)
+
+
+def test_compare_pairs_tasks_and_refuses_different_ones():
+    good = [TaskResult(str(i), "1", _score(True, True, "1")) for i in range(10)]
+    bad = [TaskResult(str(i), "1", _score(i < 5, i < 5, "1")) for i in range(10)]
+    c = compare(good, bad)
+    assert c["correctness_strict"]["diff"] == pytest.approx(0.5)
+    assert c["correctness_strict"]["low"] > 0.1
+    with pytest.raises(ValueError, match="same tasks"):
+        compare(good, list(reversed(bad)))
+
+
+def test_temperature_zero_decodes_the_argmax_every_time(tiny):
+    model, tokenizer = tiny
+    policy = HFPolicy(model, tokenizer)
+    prompt = tokenizer.encode("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n")
+    params = SamplingParams(max_new_tokens=6, temperature=0.0, seed=1)
+    first = policy.generate([prompt], params)[0]
+    again = policy.generate([prompt], SamplingParams(max_new_tokens=6, temperature=0.0, seed=2))
+    assert first.ids == again[0].ids
+    ids = list(prompt)
+    with torch.no_grad():
+        for token, logp in zip(first.ids, first.logprobs, strict=True):
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+            assert token == int(logits.argmax())
+            assert logp == pytest.approx(float(torch.log_softmax(logits, -1)[token]), abs=1e-5)
+            ids.append(token)
+
+
+def test_eval_on_tiny_random_writes_the_three_report_files_with_the_documented_keys(
+    tmp_path, capsys
+):
+    out = tmp_path / "report"
+    argv = ["eval", "--env", "tool_call", *TINY_EVAL, "--baseline", "tiny-random"]
+    assert main([*argv, "--output", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "report.png"}
+    report = json.loads((out / "report.json").read_text())
+    assert set(report) == {"meta", "models", "comparisons", "tasks"}
+    assert set(report["models"]) == {"model", "baseline"}
+    model = report["models"]["model"]
+    assert model["tasks"] == 3 and model["n"] == 2 and model["k"] == 2
+    assert set(model["greedy"]) >= {
+        "correctness_strict", "correctness_lenient", "format_accuracy", "reward_mean",
+        "reward_parts", "turns", "tool_calls", "tool_error_rate", "completion_length",
+    }  # fmt: skip
+    assert set(model["sampled"]) >= {"pass@1", "pass@2", "maj@2", "correctness_strict"}
+    same = report["comparisons"]["model - baseline"]["correctness_strict"]
+    assert same == {"diff": 0.0, "low": 0.0, "high": 0.0}  # the same greedy model twice
+    tasks = report["tasks"]["model"]
+    assert [t["task_id"] for t in tasks] == [t["task_id"] for t in report["tasks"]["baseline"]]
+    assert all(len(t["samples"]) == 2 for t in tasks)
+    assert all(math.isfinite(t["greedy"]["reward"]) for t in tasks)
+    md = (out / "report.md").read_text()
+    assert "| model |" in md and "model - baseline" in md
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "held-out evaluation" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--n", "2", "--k", "3"], "1 <= k <= n"),
+        (["--set", "eval.tasks=0"], "eval.tasks"),
+        (["--env", "nope"], "nope"),
+    ],
+)
+def test_eval_refuses_bad_input_before_loading_a_model(tmp_path, capsys, extra, needle):
+    argv = ["eval", "--env", "math", "--model", "tiny-random", "--output", str(tmp_path / "r")]
+    assert main([*argv, *extra]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

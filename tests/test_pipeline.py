@@ -1,0 +1,108 @@
+"""The whole pipeline of `agentgym train` on tiny-random: start eval, SFT, GRPO with held-out
+evaluations and checkpoint-best, the best checkpoint's eval, the closing table, the curves."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from agentgym.checkpoint import save_checkpoint
+from agentgym.cli import main
+from agentgym.config import load_config
+from agentgym.learner import _wrap_lora
+from agentgym.policy.models import load_model_and_tokenizer
+
+PIPELINE = [
+    "--set", "sft.warmup=true", "--set", "sft.steps=3", "--set", "sft.demonstrations=4",
+    "--set", "sft.batch_size=2", "--set", "lora.enabled=true", "--set", "lora.r=4",
+    "--set", "eval.every=2", "--set", "eval.tasks=3", "--set", "eval.report_tasks=4",
+    "--set", "grpo.group_size=2", "--set", "grpo.tasks_per_step=2",
+    "--set", "sampling.max_new_tokens=12", "--set", "run.tensorboard=false",
+]  # fmt: skip
+
+
+def test_the_pipeline_writes_report_curves_and_the_best_checkpoint(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", "--env", "tool_call", "--model", "tiny-random", "--steps", "3"]
+    assert main([*argv, "--output", str(out), *PIPELINE]) == 0
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [r for r in rows if "eval/correctness" in r]
+    assert [r["step"] for r in evaluated] == [2, 3]  # every 2 steps, and the last
+    assert all({"eval/correctness_lenient", "eval/format_accuracy"} <= set(r) for r in evaluated)
+    best = max(evaluated, key=lambda r: (r["eval/correctness"], -r["step"]))["step"]
+    state = json.loads((out / "checkpoint-best" / "state.json").read_text())
+    assert state == {"step": best}
+    sft = [json.loads(x) for x in (out / "sft_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in sft] == [1, 2, 3]
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert list(report["models"]) == ["start", "sft", f"best@{best}"]
+    assert set(report["comparisons"]) == {"sft - start", f"best@{best} - sft",
+                                          f"best@{best} - start"}  # fmt: skip
+    # the report's tasks are disjoint from the selection tasks that chose the best step
+    report_ids = {t["task_id"] for t in report["tasks"]["start"]}
+    assert len(report_ids) == 4
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    printed = capsys.readouterr().out
+    assert "held-out evaluation" in printed and f"best@{best}" in printed
+
+
+def test_a_lora_checkpoint_loads_as_a_merged_model(tmp_path):
+    model, tokenizer = load_model_and_tokenizer("tiny-random")
+    config = load_config(overrides={"lora.enabled": True, "lora.r": 4})
+    wrapped = _wrap_lora(copy.deepcopy(model), config)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in wrapped.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.5)  # trained adapters: B is no longer zero
+        expected = wrapped(input_ids=torch.tensor([[5, 6, 7, 8]])).logits
+    checkpoint = save_checkpoint(tmp_path, 1, wrapped, tokenizer, config)
+    assert not (checkpoint / "model.safetensors").exists()
+    merged, merged_tokenizer = load_model_and_tokenizer(str(checkpoint))
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    with torch.no_grad():
+        got = merged(input_ids=torch.tensor([[5, 6, 7, 8]])).logits
+        plain = model(input_ids=torch.tensor([[5, 6, 7, 8]])).logits
+    assert torch.allclose(got, expected, atol=1e-4)
+    assert not torch.allclose(got, plain, atol=1e-3)
+    assert merged_tokenizer.padding_side == "left"
+
+
+def test_sft_saves_a_whole_model_that_eval_takes(tmp_path):
+    out = tmp_path / "sft"
+    argv = ["sft", "--env", "tool_call", "--model", "tiny-random", "--steps", "2",
+            "--set", "lora.enabled=true", "--set", "sft.demonstrations=2",
+            "--set", "sft.batch_size=2"]  # fmt: skip
+    assert main([*argv, "--output", str(out)]) == 0
+    checkpoint = out / "checkpoint-000002"
+    assert (checkpoint / "model.safetensors").is_file()
+    argv = ["eval", "--env", "tool_call", "--model", str(checkpoint), "--tasks", "2", "--n", "0",
+            "--set", "sampling.max_new_tokens=6", "--output", str(tmp_path / "ev")]  # fmt: skip
+    assert main(argv) == 0
+    assert (tmp_path / "ev" / "report.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("start", "steps", "expected"),
+    [(None, 5, [0.04] * 4), (0.01, 0, [0.04] * 4), (0.01, 3, [0.01, 0.02, 0.03, 0.04])],
+)
+def test_the_beta_schedule_moves_linearly_from_beta_start_to_beta(start, steps, expected):
+    config = load_config(
+        overrides={"grpo.beta": 0.04, "grpo.beta_start": start, "grpo.beta_warmup_steps": steps}
+    )
+    assert [config.grpo.beta_at(s) for s in (1, 2, 3, 4)] == pytest.approx(expected)
+
+
+def test_a_length_penalty_lowers_the_rewards_advantages_are_computed_from(tmp_path):
+    out = tmp_path / "run"
+    argv = ["train", "--env", "math", "--model", "tiny-random", "--steps", "1"]
+    small = ["--set", "grpo.length_penalty=0.001", "--set", "grpo.group_size=2",
+             "--set", "grpo.tasks_per_step=1", "--set", "sampling.max_new_tokens=8",
+             "--set", "run.tensorboard=false"]  # fmt: skip
+    assert main([*argv, "--output", str(out), *small]) == 0
+    (row,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    expected = row["reward/mean"] - 0.001 * row["avg_completion_length"]
+    assert row["reward/penalised_mean"] == pytest.approx(expected)
