@@ -107,6 +107,12 @@ class EvalConfig(_Section):
         description="Held-out tasks of the closing table (start, SFT, best), "
         "disjoint from the selection tasks; 0 skips it.",
     )
+    n: int = Field(
+        0,
+        ge=0,
+        description="Sampled episodes per task besides the greedy one; with n > 0 the "
+        "evaluations report pass@1 and checkpoint-best follows it (eval/pass@1).",
+    )
     split: Literal["train", "test"] = Field("test", description="Split the tasks come from.")
     max_new_tokens: int | None = Field(
         None, gt=0, description="Tokens per turn when evaluating; None: sampling.max_new_tokens."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,8 @@ class Stages:
             TextColumn("{task.fields[note]}"),
             TimeElapsedColumn(),
         )
+        self.names: dict[Any, str] = {}
+        self.started: dict[Any, float] = {}
 
     def __enter__(self) -> Stages:
         self.bar.__enter__()
@@ -32,7 +35,21 @@ class Stages:
         self.bar.__exit__(*exc)
 
     def stage(self, name: str, total: int):
-        return self.bar.add_task(name, total=total, note="")
+        """A new bar; returns its id for `advance` and `note`."""
+        self.names[task := self.bar.add_task(name, total=total, note="")] = name
+        self.started[task] = time.perf_counter()
+        return task
+
+    def advance(self, task, count: int = 1) -> None:
+        self.bar.advance(task, count)
+
+    def note(self, task, text: str, *, done: bool = False) -> None:
+        """Shows `text` beside the bar. Without a live terminal (a log file, a pipe), where
+        bars are not redrawn, it is also printed as a line, as is every finished stage."""
+        self.bar.update(task, note=text)
+        if done or not self.bar.console.is_terminal:
+            seconds = time.perf_counter() - self.started[task]
+            self.bar.console.print(f"{self.names[task]}: {text} ({seconds:.0f} s)")
 
     def print(self, text: str) -> None:
         self.bar.console.print(text)

@@ -246,7 +246,8 @@ def summarize(results: Sequence[TaskResult], k: int = 1) -> dict[str, Any]:
 
 def compare(results: Sequence[TaskResult], baseline: Sequence[TaskResult],
             level: float = 0.95) -> dict[str, Any]:  # fmt: skip
-    """Per-task greedy correctness differences (model - baseline) with bootstrap intervals.
+    """Per-task correctness differences (model - baseline) with bootstrap intervals: greedy,
+    strict and lenient, and pass@1 of the sampled episodes when both have them.
 
     Raises:
         ValueError: unless both hold the same tasks in the same order.
@@ -255,11 +256,16 @@ def compare(results: Sequence[TaskResult], baseline: Sequence[TaskResult],
     if ids != base_ids:
         raise ValueError("compare() needs both models' results on the same tasks, in order")
     out: dict[str, Any] = {"level": level, "tasks": len(ids)}
-    for judge in ("strict", "lenient"):
-        a = [float(getattr(r.greedy, judge)) for r in results]
-        b = [float(getattr(r.greedy, judge)) for r in baseline]
-        diff, low, high = paired_bootstrap(a, b, level=level)
-        out[f"correctness_{judge}"] = {"diff": diff, "low": low, "high": high}
+    scores = {
+        f"correctness_{judge}": lambda r, judge=judge: float(getattr(r.greedy, judge))
+        for judge in ("strict", "lenient")
+    }
+    if all(r.samples for r in (*results, *baseline)):
+        scores["pass@1"] = lambda r: _mean([float(s.strict) for s in r.samples])
+    for key, score in scores.items():
+        diff, low, high = paired_bootstrap([score(r) for r in results],
+                                           [score(r) for r in baseline], level=level)  # fmt: skip
+        out[key] = {"diff": diff, "low": low, "high": high}
     return out
 
 
@@ -331,11 +337,16 @@ def table_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
 def comparison_lines(report: Mapping[str, Any]) -> list[str]:
     """One line per comparison: the mean per-task difference and its bootstrap interval."""
     lines = []
+    labels = {"correctness_strict": "greedy correctness (strict)",
+              "correctness_lenient": "greedy correctness (lenient)",
+              "pass@1": "sampled pass@1 (strict)"}  # fmt: skip
     for name, c in report["comparisons"].items():
-        for judge in ("strict", "lenient"):
-            d = c[f"correctness_{judge}"]
+        for key, label in labels.items():
+            if key not in c:
+                continue
+            d = c[key]
             lines.append(
-                f"{name}: greedy correctness ({judge}) {d['diff']:+.3f}, "
+                f"{name}: {label} {d['diff']:+.3f}, "
                 f"{c['level']:.0%} bootstrap interval [{d['low']:+.3f}, {d['high']:+.3f}] "
                 f"over {c['tasks']} tasks"
             )
@@ -395,8 +406,10 @@ def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> d
             try:
                 task = stages.stage(f"eval {role}", held.episodes)
                 policy = HFPolicy(model, tokenizer)
-                advance = lambda count, task=task: stages.bar.advance(task, count)  # noqa: E731
+                advance = lambda count, task=task: stages.advance(task, count)  # noqa: E731
                 results[role] = held.run(policy, seed=run.seed, advance=advance)
+                figures = summarize(results[role])["greedy"]
+                stages.note(task, f"correct {figures['correctness_strict']:.3f}", done=True)
             finally:
                 held.close()
         meta = {

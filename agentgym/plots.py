@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 # (metric keys on one panel, panel title); the first key of a panel may carry a "/std" band.
 CURVES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("reward/mean",), "reward (mean ± std)"),
-    (("correctness_rate", "eval/correctness"), "correctness (train, held-out)"),
+    (("correctness_rate", "eval/correctness", "eval/pass@1"), "correctness (train, held-out)"),
     (("kl",), "KL to the reference"),
     (("entropy",), "entropy"),
     (("avg_completion_length",), "completion length (tokens)"),

@@ -112,16 +112,21 @@ def train_step(
 def _held_out(config: Config, tokenizer, count: int, start: int) -> HeldOut:
     ev, run = config.eval, config.run
     ids = held_out_ids(run.env, run.env_kwargs, count, start=start, split=ev.split)
-    return HeldOut(run.env, run.env_kwargs, ids, tokenizer,
+    return HeldOut(run.env, run.env_kwargs, ids, tokenizer, n=ev.n,
+                   temperature=config.sampling.temperature,
                    max_new_tokens=ev.max_new_tokens or config.sampling.max_new_tokens,
                    max_episode_tokens=config.sampling.max_episode_tokens)  # fmt: skip
 
 
-def _evaluate(held_out: HeldOut, policy: HFPolicy, stages: Stages, name: str) -> list[TaskResult]:
+def _evaluate(held_out: HeldOut, policy: HFPolicy, stages: Stages, name: str, seed: int
+              ) -> list[TaskResult]:  # fmt: skip
     task = stages.stage(name, held_out.episodes)
-    results = held_out.run(policy, advance=lambda n: stages.bar.advance(task, n))
-    figures = summarize(results)["greedy"]
-    stages.bar.update(task, note=f"correct {figures['correctness_strict']:.3f}")
+    results = held_out.run(policy, seed=seed, advance=lambda n: stages.advance(task, n))
+    figures = summarize(results)
+    note = f"correct {figures['greedy']['correctness_strict']:.3f} (greedy)"
+    if "sampled" in figures:
+        note += f", pass@1 {figures['sampled']['pass@1']:.3f}"
+    stages.note(task, note, done=True)
     return results
 
 
@@ -157,17 +162,19 @@ def train(config: Config) -> Path:
         with Stages() as stages:
             if report_set is not None:
                 results["start"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
-                                             "eval start")  # fmt: skip
+                                             "eval start", run.seed)  # fmt: skip
             if config.sft.warmup:
                 task = stages.stage("sft", config.sft.steps)
                 model, records = warm_up(model, tokenizer, config,
-                                         advance=lambda: stages.bar.advance(task))  # fmt: skip
+                                         advance=lambda: stages.advance(task))  # fmt: skip
                 with open(out / "sft_metrics.jsonl", "w") as f:
                     f.writelines(json.dumps(r) + "\n" for r in records)
-                stages.bar.update(task, note=f"loss {records[-1]['sft/loss']:.3f}")
+                stages.note(task, f"loss {records[-1]['sft/loss']:.3f}", done=True)
+                save_checkpoint(out, config.sft.steps, model, tokenizer, config,
+                                name="checkpoint-sft")  # fmt: skip
                 if report_set is not None:
                     results["sft"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
-                                               "eval sft")  # fmt: skip
+                                               "eval sft", run.seed)  # fmt: skip
             learner = Learner(model, config)
             policy = HFPolicy(learner.model, tokenizer)
             best = _grpo(config, learner, policy, tokenizer, envs, selection, log, stages, history)
@@ -178,7 +185,7 @@ def train(config: Config) -> Path:
                 if best is not None:
                     policy.load_weights(best[1].items())
                     name = f"best@{best[0]}"
-                results[name] = _evaluate(report_set, policy, stages, "eval best")
+                results[name] = _evaluate(report_set, policy, stages, "eval best", run.seed)
                 pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
                 if len(results) == 3:
                     pairs.append((name, "start"))
@@ -200,20 +207,23 @@ def _grpo(config, learner, policy, tokenizer, envs, selection, log, stages, hist
     run, g, ev = config.run, config.grpo, config.eval
     rng = np.random.default_rng(run.seed)
     best = None
+    select = "eval/pass@1" if ev.n else "eval/correctness"
     task = stages.stage("grpo", run.steps)
     for step in range(1, run.steps + 1):
         trajectories, metrics = train_step(config, rng, envs, policy, learner, tokenizer,
                                            beta=g.beta_at(step))  # fmt: skip
         if selection is not None and (step % ev.every == 0 or step == run.steps):
-            figures = summarize(_evaluate(selection, policy, stages, f"eval step {step}"))
+            figures = summarize(_evaluate(selection, policy, stages, f"eval step {step}", run.seed))
             metrics.update({f"eval/{k}": figures["greedy"][v] for k, v in EVAL_METRICS.items()})
+            if "sampled" in figures:
+                metrics["eval/pass@1"] = figures["sampled"]["pass@1"]
         history.append({"step": step, **metrics})
         warnings = check_health(history, beta=g.beta)
         for w in warnings:
             stages.print(f"[yellow]health[/yellow] step {step}: {w.kind}: {w.message}")
         log.metrics(step, metrics, health=[w.kind for w in warnings])
         log.completions(step, trajectories, run.log_completions)
-        if "eval/correctness" in metrics and best_step(history) == step:
+        if "eval/correctness" in metrics and best_step(history, select) == step:
             best = (step, _trainable_state(learner.model))
             save_checkpoint(run.output, step, learner.model, tokenizer, config,
                             name="checkpoint-best")  # fmt: skip
@@ -221,10 +231,15 @@ def _grpo(config, learner, policy, tokenizer, envs, selection, log, stages, hist
         if step % run.save_every == 0 or step == run.steps or stop:
             save_checkpoint(run.output, step, learner.model, tokenizer, config)
         note = f"reward {metrics['reward/mean']:+.3f}  {metrics['step_seconds']:.1f}s/step"
-        stages.bar.update(task, advance=1, note=note)
+        if "eval/correctness" in metrics:
+            note += f"  held-out {metrics['eval/correctness']:.3f}"
+        stages.advance(task)
+        stages.note(task, f"step {step}: {note}")
         if stop:
             stages.print("stopping early: run.stop_on_health is set")
             break
+    best_note = f", best held-out step {best[0]}" if best is not None else ""
+    stages.note(task, f"{len(history)} steps{best_note}", done=True)
     return best
 
 

@@ -143,3 +143,14 @@ def test_eval_refuses_bad_input_before_loading_a_model(tmp_path, capsys, extra, 
     assert main([*argv, *extra]) == 2
     assert needle in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_compare_adds_sampled_pass_at_1_when_both_models_sampled():
+    right, wrong = _score(True, True, "1"), _score(False, False, "2")
+    model = [TaskResult(str(i), "1", right, [right, right, wrong, right]) for i in range(6)]
+    base = [TaskResult(str(i), "1", right, [wrong, wrong, wrong, right]) for i in range(6)]
+    c = compare(model, base)
+    assert c["pass@1"]["diff"] == pytest.approx(0.75 - 0.25)
+    assert c["pass@1"]["low"] == pytest.approx(0.5) and c["pass@1"]["high"] == pytest.approx(0.5)
+    assert c["correctness_strict"]["diff"] == 0.0
+    assert "pass@1" not in compare([TaskResult("0", "1", right)], [TaskResult("0", "1", right)])

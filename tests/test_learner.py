@@ -141,3 +141,26 @@ def test_rows_that_differ_early_share_no_prefix(tiny):
 
     batch = _batch(len(tiny[1]))
     assert shared_prefix_length(batch) == 0
+
+
+def test_the_shared_prefix_path_matches_a_full_forward_through_lora_adapters(tiny):
+    from agentgym.learner import _wrap_lora
+
+    model, tokenizer = tiny
+    wrapped = _wrap_lora(copy.deepcopy(model), _config(**{"lora.enabled": True, "lora.r": 4}))
+    with torch.no_grad():
+        for name, p in wrapped.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.3)
+    batch = _prefixed_batch(len(tokenizer))
+    with torch.no_grad():
+        logits = wrapped(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        full = torch.log_softmax(logits[:, :-1].float(), -1)
+        expected = full.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) * batch.loss_mask
+        logp, _ = token_logprobs(wrapped, batch, 1.0)
+        with wrapped.disable_adapter():
+            ref, _ = token_logprobs(wrapped, batch, 1.0)
+        plain, _ = token_logprobs(model, batch, 1.0)
+    assert torch.allclose(logp, expected, atol=1e-5)
+    assert torch.allclose(ref, plain, atol=1e-5)  # adapters off: the base model
+    assert not torch.allclose(logp, plain, atol=1e-3)

@@ -45,6 +45,7 @@ def test_the_pipeline_writes_report_curves_and_the_best_checkpoint(tmp_path, cap
     report_ids = {t["task_id"] for t in report["tasks"]["start"]}
     assert len(report_ids) == 4
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "checkpoint-sft" / "model.safetensors").is_file()  # merged: a whole model
     printed = capsys.readouterr().out
     assert "held-out evaluation" in printed and f"best@{best}" in printed
 
@@ -106,3 +107,30 @@ def test_a_length_penalty_lowers_the_rewards_advantages_are_computed_from(tmp_pa
     (row,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     expected = row["reward/mean"] - 0.001 * row["avg_completion_length"]
     assert row["reward/penalised_mean"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("path", ["configs/tool_call.yaml", "configs/math.yaml"])
+def test_shipped_configs_are_valid(path):
+    from pathlib import Path
+
+    config = load_config(Path(__file__).parent.parent / path)
+    assert config.run.env in {"tool_call", "math"}
+
+
+def test_the_default_config_runs_its_whole_pipeline_on_tiny_random(tmp_path):
+    from pathlib import Path
+
+    config = Path(__file__).parent.parent / "configs" / "tool_call.yaml"
+    out = tmp_path / "run"
+    argv = ["train", "--config", str(config), "--model", "tiny-random", "--steps", "2",
+            "--output", str(out)]  # fmt: skip
+    small = ["sft.steps=2", "sft.demonstrations=2", "sft.batch_size=2", "eval.tasks=2",
+             "eval.report_tasks=2", "eval.n=2", "eval.every=1", "grpo.group_size=2",
+             "grpo.tasks_per_step=1", "sampling.max_new_tokens=6", "eval.max_new_tokens=6",
+             "run.tensorboard=false"]  # fmt: skip
+    assert main([*argv, *(x for s in small for x in ("--set", s))]) == 0
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert list(report["models"])[:2] == ["start", "sft"]
+    assert all("pass@1" in c for c in report["comparisons"].values())
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("eval/pass@1" in r for r in rows)  # n > 0: checkpoint-best follows pass@1
