@@ -17,12 +17,15 @@ class Stages:
     """One progress bar per stage of a run (evaluations, SFT, GRPO), on one console."""
 
     def __init__(self):
+        # Without a live terminal (a log file, a pipe) rich assumes 80 columns; tables need more.
+        console = Console() if Console().is_terminal else Console(width=150)
         self.bar = Progress(
             TextColumn("[bold]{task.description:<14}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[note]}"),
             TimeElapsedColumn(),
+            console=console,
         )
         self.names: dict[Any, str] = {}
         self.started: dict[Any, float] = {}

@@ -189,7 +189,8 @@ def train(config: Config) -> Path:
                 pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
                 if len(results) == 3:
                     pairs.append((name, "start"))
-                report = build_report(results, comparisons=pairs, meta=_meta(config))
+                report = build_report(results, k=max(ev.n, 1), comparisons=pairs,
+                                      meta=_meta(config))  # fmt: skip
                 write_report(out / "report", report)
                 print_report(report, stages.bar.console)
     finally:
