@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# MALLOC_ARENA_MAX=2: fewer glibc arenas, less fragmentation (peak RSS 4.9 -> 4.6 GB, one run each).
 train: $(STAMP)
-	$(BIN)/agentgym train --env tool_call --config configs/tool_call.yaml
+	MALLOC_ARENA_MAX=2 $(BIN)/agentgym train --env tool_call --config configs/tool_call.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check agentgym envs sandboxes tests bench
