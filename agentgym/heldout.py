@@ -211,7 +211,7 @@ def _episode_figures(scores: Sequence[EpisodeScore]) -> dict[str, Any]:
     }
 
 
-def _vote_key(score: EpisodeScore, expected: str) -> str | None:
+def _vote_key(score: EpisodeScore) -> str | None:
     """The answer as a vote: every answer equivalent to the expected one votes alike."""
     if score.answer is None:
         return None
@@ -237,7 +237,7 @@ def summarize(results: Sequence[TaskResult], k: int = 1) -> dict[str, Any]:
         sampled["pass@1"] = _mean([pass_at_k(n, c, 1) for c in correct])
         sampled[f"pass@{k}"] = _mean([pass_at_k(n, c, k) for c in correct])
         sampled[f"maj@{k}"] = _mean(
-            [maj_at_k([_vote_key(s, r.expected) for s in r.samples], "<expected>", k)
+            [maj_at_k([_vote_key(s) for s in r.samples], "<expected>", k)
              for r in results]
         )  # fmt: skip
         out.update(n=n, k=k, sampled=sampled)

@@ -44,6 +44,13 @@ def _decoder_and_head(model):
     return base.get_decoder(), base.get_output_embeddings()
 
 
+def _softcap(model, logits: torch.Tensor) -> torch.Tensor:
+    """The final-logit soft-capping some models (Gemma 2) apply after the head, if any."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cap = getattr(base.config, "final_logit_softcapping", None)
+    return logits if not cap else torch.tanh(logits / cap) * cap
+
+
 def _hidden_states(model, batch: Batch) -> tuple[torch.Tensor, int]:
     """The last hidden states [N, L - P] of positions P.., and P, the shared prefix run once.
 
@@ -78,7 +85,7 @@ def token_logprobs(model, batch: Batch, temperature: float) -> tuple[torch.Tenso
     hidden, shared = _hidden_states(model, batch)
     rows, cols = batch.loss_mask.nonzero(as_tuple=True)
     _, head = _decoder_and_head(model)
-    logits = head(hidden[rows, cols - shared]).float() / temperature
+    logits = _softcap(model, head(hidden[rows, cols - shared]).float()) / temperature
     logsm = torch.log_softmax(logits, dim=-1)
     kept = logsm.gather(-1, batch.input_ids[rows, cols + 1, None]).squeeze(-1)
     logp = torch.zeros(batch.loss_mask.shape, dtype=kept.dtype, device=kept.device)

@@ -164,3 +164,16 @@ def test_the_shared_prefix_path_matches_a_full_forward_through_lora_adapters(tin
     assert torch.allclose(logp, expected, atol=1e-5)
     assert torch.allclose(ref, plain, atol=1e-5)  # adapters off: the base model
     assert not torch.allclose(logp, plain, atol=1e-3)
+
+
+def test_final_logit_softcapping_is_applied_after_the_head(tiny):
+    model, tokenizer = tiny
+    capped = copy.deepcopy(model)
+    capped.config.final_logit_softcapping = 2.0
+    batch = _prefixed_batch(len(tokenizer))
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        full = torch.log_softmax(torch.tanh(logits[:, :-1].float() / 2.0) * 2.0, -1)
+        expected = full.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) * batch.loss_mask
+        logp, _ = token_logprobs(capped, batch, 1.0)
+    assert torch.allclose(logp, expected, atol=1e-5)
