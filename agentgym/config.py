@@ -113,6 +113,12 @@ class EvalConfig(_Section):
         description="Sampled episodes per task besides the greedy one; with n > 0 the "
         "evaluations report pass@1 and checkpoint-best follows it (eval/pass@1).",
     )
+    start_n: int | None = Field(
+        None,
+        ge=0,
+        description="Sampled episodes per task in the start model's evaluation; None: n. "
+        "0 plays it greedily only, which saves time when the start model cannot answer yet.",
+    )
     split: Literal["train", "test"] = Field("test", description="Split the tasks come from.")
     max_new_tokens: int | None = Field(
         None, gt=0, description="Tokens per turn when evaluating; None: sampling.max_new_tokens."

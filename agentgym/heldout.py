@@ -28,6 +28,7 @@ from typing import Any
 from agentgym.core import make_env
 from agentgym.evaluate import maj_at_k, paired_bootstrap, pass_at_k
 from agentgym.policy.base import Policy, SamplingParams
+from agentgym.policy.hf import merged_adapters
 from agentgym.rewards import answers_equal, extract_boxed
 from agentgym.rollout import TaskSpec, collect
 from agentgym.types import Trajectory
@@ -171,6 +172,11 @@ class HeldOut:
     def run(self, policy: Policy, *, seed: int = 0,
             advance: Callable[[int], None] = lambda n: None) -> list[TaskResult]:  # fmt: skip
         """Plays every task; `advance(k)` is called as each k episodes finish."""
+        with merged_adapters(getattr(policy, "model", None)):
+            return self._run(policy, seed, advance)
+
+    def _run(self, policy: Policy, seed: int, advance: Callable[[int], None]
+             ) -> list[TaskResult]:  # fmt: skip
         greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
         played = self._play(policy, 1, greedy, advance)
         results = [
@@ -186,8 +192,10 @@ class HeldOut:
         return results
 
     def close(self) -> None:
+        """Closes the environments; a second call does nothing."""
         for env in self.envs:
             env.close()
+        self.envs = []
 
 
 def _mean(values: Sequence[float]) -> float:

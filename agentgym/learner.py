@@ -51,38 +51,54 @@ def _softcap(model, logits: torch.Tensor) -> torch.Tensor:
     return logits if not cap else torch.tanh(logits / cap) * cap
 
 
-def _hidden_states(model, batch: Batch) -> tuple[torch.Tensor, int]:
+Prefix = tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]
+"""A shared prefix run once: its length and each layer's (keys, values) for one row."""
+
+
+def run_prefix(model, ids: torch.Tensor) -> Prefix:
+    """Runs `ids` [1, P] through the decoder; returns (P, each layer's keys and values)."""
+    decoder, _ = _decoder_and_head(model)
+    cache = DynamicCache()
+    decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+            **{cache_kwarg(decoder): cache})  # fmt: skip
+    return ids.shape[1], [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _hidden_states(model, batch: Batch, prefix: Prefix | None = None) -> tuple[torch.Tensor, int]:
     """The last hidden states [N, L - P] of positions P.., and P, the shared prefix run once.
 
-    The prefix is run for one row into a KV cache, which is repeated for every
-    row (gradients flow back through it); each row's suffix then attends to it.
+    The prefix is run for one row into a KV cache (or taken from `prefix`,
+    run once for a whole step's micro-batches), which is repeated for every row;
+    gradients flow back through it. Each row's suffix then attends to it.
     """
     decoder, _ = _decoder_and_head(model)
     ids, mask = batch.input_ids, batch.attention_mask
-    shared = shared_prefix_length(batch) if batch.size > 1 else 0
-    if shared < MIN_SHARED_PREFIX:
-        return decoder(input_ids=ids, attention_mask=mask).last_hidden_state, 0
-    key = cache_kwarg(decoder)
+    if prefix is None:
+        shared = shared_prefix_length(batch) if batch.size > 1 else 0
+        if shared < MIN_SHARED_PREFIX:
+            return decoder(input_ids=ids, attention_mask=mask).last_hidden_state, 0
+        prefix = run_prefix(model, ids[:1, :shared])
+    shared, layers = prefix
     cache = DynamicCache()
-    prefix = ids[:1, :shared]
-    decoder(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True,
-            **{key: cache})  # fmt: skip
-    cache.batch_repeat_interleave(batch.size)
+    for i, (keys, values) in enumerate(layers):
+        cache.update(keys.expand(batch.size, -1, -1, -1), values.expand(batch.size, -1, -1, -1), i)
     positions = torch.arange(shared, ids.shape[1], device=ids.device).expand(batch.size, -1)
     out = decoder(input_ids=ids[:, shared:], attention_mask=mask, position_ids=positions,
-                  use_cache=True, **{key: cache})  # fmt: skip
+                  use_cache=True, **{cache_kwarg(decoder): cache})  # fmt: skip
     return out.last_hidden_state, shared
 
 
-def token_logprobs(model, batch: Batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Logprobs [N, L-1] of each target token, and the entropy [N, L-1] of its distribution.
 
     Only the positions the loss mask selects are projected onto the vocabulary
     (the rest read 0), so the prompt and tool results cost no logits, and the
-    batch's shared prefix (the system prompt) is run once, not once per row.
+    batch's shared prefix (the system prompt) is run once, not once per row
+    (`prefix`: already run, for these rows' first P tokens).
     The entropy is detached: it is a metric.
     """
-    hidden, shared = _hidden_states(model, batch)
+    hidden, shared = _hidden_states(model, batch, prefix)
     rows, cols = batch.loss_mask.nonzero(as_tuple=True)
     _, head = _decoder_and_head(model)
     logits = _softcap(model, head(hidden[rows, cols - shared]).float()) / temperature
@@ -149,15 +165,28 @@ class Learner:
         return torch.autocast(device_type=device_type, dtype=self.autocast)
 
     @torch.no_grad()
-    def _reference_logprobs(self, batch: Batch) -> torch.Tensor | None:
+    def _reference_prefix(self, ids: torch.Tensor) -> Prefix | None:
+        if self.beta == 0:
+            return None
+        with self._forward_context(), self._as_reference() as reference:
+            return run_prefix(reference, ids)
+
+    @torch.no_grad()
+    def _reference_logprobs(self, batch: Batch, prefix: Prefix | None = None
+                            ) -> torch.Tensor | None:  # fmt: skip
         if self.beta == 0:
             return None
         temperature = self.config.sampling.temperature
-        with self._forward_context():
-            if self.reference is not None:
-                return token_logprobs(self.reference, batch, temperature)[0]
+        with self._forward_context(), self._as_reference() as reference:
+            return token_logprobs(reference, batch, temperature, prefix)[0]
+
+    @contextlib.contextmanager
+    def _as_reference(self):
+        if self.reference is not None:
+            yield self.reference
+        else:
             with self.model.disable_adapter():
-                return token_logprobs(self.model, batch, temperature)[0]
+                yield self.model
 
     def _weight(self, micro: Batch, whole: Batch) -> float:
         """This micro-batch's share of the whole batch's loss."""
@@ -172,24 +201,52 @@ class Learner:
         """
         if beta is not None:
             self.beta = beta
-        device = next(self.model.parameters()).device
-        totals = {"loss/policy": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0}
         self.optimizer.zero_grad(set_to_none=True)
-        for micro in batch.split(self.config.optim.micro_batch_size):
-            micro = _to(micro, device)
-            weight = self._weight(micro, batch)
-            for key, value in self._backward(micro, weight).items():
-                totals[key] += value * weight
+        totals = self.accumulate(batch)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.requires_grad], self.config.optim.max_grad_norm
         )
         self.optimizer.step()
         return {**totals, "grad_norm": float(grad_norm)}
 
-    def _backward(self, micro: Batch, weight: float) -> dict[str, float]:
-        ref = self._reference_logprobs(micro)
+    def accumulate(self, batch: Batch) -> dict[str, float]:
+        """Adds the gradient of the whole batch's loss, micro-batch by micro-batch.
+
+        Micro-batches hold rows of similar length, so little is padding. The
+        batch's shared prefix (the system prompt) runs once per step, not once
+        per micro-batch: for the reference without gradients, and for the policy
+        into detached copies of its keys and values that every micro-batch's
+        backward adds gradients to; those go back through the prefix once, last.
+        """
+        batch = _to(batch, next(self.model.parameters()).device)
+        totals = {"loss/policy": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0}
+        shared = shared_prefix_length(batch) if batch.size > 1 else 0
+        ref_prefix = prefix = None
+        if shared >= MIN_SHARED_PREFIX:
+            ids = batch.input_ids[:1, :shared]
+            ref_prefix = self._reference_prefix(ids)
+            with self._forward_context():
+                _, layers = run_prefix(self.model, ids)
+            outputs = [t for kv in layers for t in kv]
+            leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
+            prefix = (shared, list(zip(leaves[0::2], leaves[1::2], strict=True)))
+        for micro in batch.split(self.config.optim.micro_batch_size, by_length=True):
+            weight = self._weight(micro, batch)
+            for key, value in self._backward(micro, weight, ref_prefix, prefix).items():
+                totals[key] += value * weight
+        if prefix is not None:
+            pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves, strict=True)
+                     if leaf.grad is not None]  # fmt: skip
+            if pairs:
+                torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+        return totals
+
+    def _backward(self, micro: Batch, weight: float, ref_prefix: Prefix | None,
+                  prefix: Prefix | None) -> dict[str, float]:  # fmt: skip
+        ref = self._reference_logprobs(micro, ref_prefix)
         with self._forward_context():
-            logp, entropy = token_logprobs(self.model, micro, self.config.sampling.temperature)
+            logp, entropy = token_logprobs(self.model, micro, self.config.sampling.temperature,
+                                           prefix)  # fmt: skip
         out = self.loss_fn(
             logp,
             micro.old_logprobs,

@@ -90,7 +90,7 @@ def warm_up(model, tokenizer, config: Config, advance=lambda: None) -> tuple[obj
         batch = Batch.from_trajectories(chosen, torch.zeros(len(chosen)), tokenizer.pad_token_id)
         optimizer.zero_grad(set_to_none=True)
         tokens, loss = batch.loss_mask.sum().clamp(min=1), 0.0
-        for micro in batch.split(config.optim.micro_batch_size):
+        for micro in batch.split(config.optim.micro_batch_size, by_length=True):
             part = sft_loss(model, micro) * (micro.loss_mask.sum() / tokens)
             part.backward()
             loss += part.item()

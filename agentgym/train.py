@@ -33,7 +33,7 @@ from agentgym.heldout import (
 from agentgym.learner import Learner
 from agentgym.plots import training_curves
 from agentgym.policy.base import SamplingParams
-from agentgym.policy.hf import HFPolicy
+from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
 from agentgym.rollout import TaskSpec, collect
 from agentgym.runlog import RunLog, rollout_metrics
@@ -80,10 +80,11 @@ def train_step(
     g = config.grpo
     start = time.perf_counter()
     specs = task_specs(rng, g.tasks_per_step)
-    trajectories = collect(
-        envs, specs, g.group_size, policy, tokenizer, sampling_params(config, rng),
-        max_tokens=config.sampling.max_episode_tokens,
-    )  # fmt: skip
+    with merged_adapters(policy.model):
+        trajectories = collect(
+            envs, specs, g.group_size, policy, tokenizer, sampling_params(config, rng),
+            max_tokens=config.sampling.max_episode_tokens,
+        )  # fmt: skip
     rollout_seconds = time.perf_counter() - start
     rewards = torch.tensor([t.reward for t in trajectories])
     if g.length_penalty:
@@ -109,10 +110,11 @@ def train_step(
     return trajectories, metrics
 
 
-def _held_out(config: Config, tokenizer, count: int, start: int) -> HeldOut:
+def _held_out(config: Config, tokenizer, count: int, start: int, n: int | None = None
+              ) -> HeldOut:  # fmt: skip
     ev, run = config.eval, config.run
     ids = held_out_ids(run.env, run.env_kwargs, count, start=start, split=ev.split)
-    return HeldOut(run.env, run.env_kwargs, ids, tokenizer, n=ev.n,
+    return HeldOut(run.env, run.env_kwargs, ids, tokenizer, n=ev.n if n is None else n,
                    temperature=config.sampling.temperature,
                    max_new_tokens=ev.max_new_tokens or config.sampling.max_new_tokens,
                    max_episode_tokens=config.sampling.max_episode_tokens)  # fmt: skip
@@ -153,15 +155,18 @@ def train(config: Config) -> Path:
     envs = [make_env(run.env, **run.env_kwargs) for _ in range(g.tasks_per_step * g.group_size)]
     # The selection tasks pick checkpoint-best; the report's are disjoint from them.
     selection = _held_out(config, tokenizer, ev.tasks, 0) if ev.every else None
-    report_set = None
+    report_set = start_set = None
     if ev.report_tasks:
         report_set = _held_out(config, tokenizer, ev.report_tasks, ev.tasks)
+        start_set = report_set
+        if ev.start_n is not None and ev.start_n != ev.n:
+            start_set = _held_out(config, tokenizer, ev.report_tasks, ev.tasks, n=ev.start_n)
     results: dict[str, list[TaskResult]] = {}
     history: list[dict[str, float]] = []
     try:
         with Stages() as stages:
-            if report_set is not None:
-                results["start"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
+            if start_set is not None:
+                results["start"] = _evaluate(start_set, HFPolicy(model, tokenizer), stages,
                                              "eval start", run.seed)  # fmt: skip
             if config.sft.warmup:
                 task = stages.stage("sft", config.sft.steps)
@@ -197,7 +202,7 @@ def train(config: Config) -> Path:
         log.close()
         for env in envs:
             env.close()
-        for held in (report_set, selection):
+        for held in (report_set, start_set, selection):
             if held is not None:
                 held.close()
     return out

@@ -153,11 +153,17 @@ class Batch:
             old[i, : k - 1] = torch.tensor(t.logprobs[1:], dtype=torch.float32)
         return cls(input_ids, attention, loss_mask, old, advantages.to(torch.float32))
 
-    def split(self, micro_batch_size: int) -> list[Batch]:
-        """Cuts the batch into micro-batches, trimming each to its longest row."""
+    def split(self, micro_batch_size: int, by_length: bool = False) -> list[Batch]:
+        """Cuts the batch into micro-batches, trimming each to its longest row.
+
+        With `by_length`, rows are taken in order of length, so that each
+        micro-batch holds rows of similar length and little padding.
+        """
+        lengths = self.attention_mask.sum(dim=1)
+        order = torch.argsort(lengths, stable=True) if by_length else torch.arange(self.size)
         out = []
         for start in range(0, self.size, micro_batch_size):
-            sl = slice(start, start + micro_batch_size)
+            sl = order[start : start + micro_batch_size]
             length = int(self.attention_mask[sl].sum(dim=1).max())
             out.append(
                 Batch(

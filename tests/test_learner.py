@@ -177,3 +177,51 @@ def test_final_logit_softcapping_is_applied_after_the_head(tiny):
         expected = full.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1) * batch.loss_mask
         logp, _ = token_logprobs(capped, batch, 1.0)
     assert torch.allclose(logp, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_prefix_run_once_per_step_gives_the_gradient_of_unshared_micro_batches(
+    tiny, lora, monkeypatch
+):
+    import agentgym.learner as learner_module
+
+    model, tokenizer = tiny
+    batch = _prefixed_batch(len(tokenizer))
+    batch = Batch(batch.input_ids, batch.attention_mask, batch.loss_mask,
+                  -torch.rand(batch.loss_mask.shape) * batch.loss_mask,
+                  torch.tensor([1.0, -1.0, 0.5, -0.5]))  # fmt: skip
+    config = _config(**{"optim.micro_batch_size": 2, "lora.enabled": lora, "lora.r": 4})
+
+    def grads():
+        torch.manual_seed(0)  # the same LoRA initialisation both times
+        learner = Learner(copy.deepcopy(model), config)
+        if lora:
+            with torch.no_grad():
+                for name, p in learner.model.named_parameters():
+                    if "lora_B" in name:
+                        p.normal_(std=0.3, generator=torch.Generator().manual_seed(len(name)))
+        learner.optimizer.zero_grad(set_to_none=True)
+        totals = learner.accumulate(batch)
+        named = learner.model.named_parameters()
+        return totals, {n: p.grad.clone() for n, p in named if p.grad is not None}
+
+    shared_totals, shared = grads()
+    monkeypatch.setattr(learner_module, "MIN_SHARED_PREFIX", 10**9)  # every row run whole
+    plain_totals, plain = grads()
+    assert shared.keys() == plain.keys() and len(shared) > 0
+    for name in plain:
+        assert torch.allclose(shared[name], plain[name], atol=1e-5, rtol=1e-4), name
+    for key in plain_totals:
+        assert shared_totals[key] == pytest.approx(plain_totals[key], abs=1e-5), key
+    # the KL is not zero, so the reference prefix was used too
+    assert plain_totals["kl"] > 0 if lora else True
+
+
+def test_split_by_length_puts_rows_of_similar_length_together():
+    ids = torch.arange(24).reshape(4, 6)
+    attention = torch.tensor([[1] * 6, [1] * 2 + [0] * 4, [1] * 5 + [0], [1] * 3 + [0] * 3])
+    batch = Batch(ids, attention, torch.ones(4, 5), torch.zeros(4, 5), torch.arange(4.0))
+    micros = batch.split(2, by_length=True)
+    assert [m.advantages.tolist() for m in micros] == [[1.0, 3.0], [2.0, 0.0]]
+    assert [m.input_ids.shape[1] for m in micros] == [3, 6]  # each trimmed to its longest row
+    assert [m.advantages.tolist() for m in batch.split(2)] == [[0.0, 1.0], [2.0, 3.0]]

@@ -130,7 +130,12 @@ def test_the_default_config_runs_its_whole_pipeline_on_tiny_random(tmp_path):
              "run.tensorboard=false"]  # fmt: skip
     assert main([*argv, *(x for s in small for x in ("--set", s))]) == 0
     report = json.loads((out / "report" / "report.json").read_text())
-    assert list(report["models"])[:2] == ["start", "sft"]
-    assert all("pass@1" in c for c in report["comparisons"].values())
+    models = list(report["models"])
+    assert models[:2] == ["start", "sft"]
+    # eval.start_n = 0: the start model is played greedily only, the others sampled too
+    assert "sampled" not in report["models"]["start"]
+    assert all("sampled" in report["models"][m] for m in models[1:])
+    assert "pass@1" in report["comparisons"][f"{models[2]} - sft"]
+    assert "pass@1" not in report["comparisons"]["sft - start"]
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("eval/pass@1" in r for r in rows)  # n > 0: checkpoint-best follows pass@1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from agentgym.policy.base import SamplingParams
-from agentgym.policy.hf import HFPolicy
+from agentgym.policy.hf import HFPolicy, ReservedCache, _draw, cache_kwarg
 
 
 def _prompt(tokenizer, text: str) -> list[int]:
@@ -152,3 +152,66 @@ def test_rows_that_stop_early_leave_the_batch_and_the_rest_stay_exact(tiny):
             assert (gen.finish_reason == "stop") == (gen.ids[-1] == stop_id)
     finally:
         head.weight.data[stop_id] = saved
+
+
+def test_draw_follows_the_distribution_and_never_picks_a_zero_probability_id():
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 1.0]]).repeat(50_000, 1)
+    ids = _draw(probs, torch.Generator().manual_seed(0))
+    first, second = ids[0::2], ids[1::2]
+    freq = torch.bincount(first, minlength=4).float() / len(first)
+    # 50,000 draws: the standard error of each share is under 0.0025
+    assert torch.allclose(freq, torch.tensor([0.1, 0.0, 0.6, 0.3]), atol=0.01)
+    assert freq[1] == 0 and bool((second == 3).all())
+
+
+def test_a_cache_that_outgrows_its_capacity_keeps_every_position(tiny):
+    model, tokenizer = tiny
+    prompts = _long_prompts(tokenizer)
+    ids = torch.tensor([prompts[0]])
+    with torch.no_grad():
+        full = model(ids).logits[0]
+        cache = ReservedCache(capacity=3)  # forces several doublings
+        steps = [model(ids[:, :5], use_cache=True, **{cache_kwarg(model): cache}).logits[0]]
+        for t in range(5, ids.shape[1]):
+            out = model(ids[:, t : t + 1], use_cache=True, **{cache_kwarg(model): cache})
+            steps.append(out.logits[0])
+    assert cache.get_seq_length() == ids.shape[1]
+    assert torch.allclose(torch.cat(steps), full, atol=1e-4)
+
+
+def test_sampling_with_merged_adapters_matches_the_adapters_and_unmerges_after(tiny):
+    import copy
+
+    from agentgym.config import load_config
+    from agentgym.learner import Learner, token_logprobs
+    from agentgym.policy.hf import merged_adapters
+    from agentgym.types import Batch
+
+    model, tokenizer = tiny
+    config = load_config(overrides={"lora.enabled": True, "lora.r": 4})
+    peft = Learner(copy.deepcopy(model), config).model
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.3)
+    before = {n: p.detach().clone() for n, p in peft.named_parameters()}
+    prompt = _prompt(tokenizer, "What is 2 + 3?")
+    with merged_adapters(peft):
+        assert all(m.merged for m in peft.modules() if hasattr(m, "merged"))
+        gen = HFPolicy(peft, tokenizer).generate(
+            [prompt], SamplingParams(max_new_tokens=8, seed=1)
+        )[0]
+    # on exit: unmerged, the base weights back to within float error, the adapters trainable
+    assert not any(m.merged for m in peft.modules() if hasattr(m, "merged"))
+    for name, p in peft.named_parameters():
+        assert torch.allclose(p, before[name], atol=1e-6), name
+    ids = torch.tensor([prompt + list(gen.ids)])
+    mask = torch.zeros(1, ids.shape[1] - 1)
+    mask[0, len(prompt) - 1 :] = 1
+    batch = Batch(ids, torch.ones_like(ids), mask, mask.clone(), torch.zeros(1))
+    with torch.no_grad():
+        logp, _ = token_logprobs(peft, batch, 1.0)
+    assert torch.allclose(torch.tensor(gen.logprobs), logp[0, len(prompt) - 1 :], atol=1e-4)
+    with torch.no_grad(), peft.disable_adapter():
+        base, _ = token_logprobs(peft, batch, 1.0)
+    assert not torch.allclose(logp, base, atol=1e-3)  # the adapters did change the samples' odds
