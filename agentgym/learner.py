@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -20,6 +21,8 @@ from agentgym import grpo
 from agentgym.config import Config
 from agentgym.policy.hf import cache_kwarg
 from agentgym.types import Batch
+
+T = TypeVar("T")
 
 MIN_SHARED_PREFIX = 16
 """Rows sharing fewer leading tokens than this are run whole, each on its own."""
@@ -110,6 +113,42 @@ def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | Non
         entropy = torch.zeros_like(logp)
         entropy[rows, cols] = grpo.entropy_from_logprobs(logsm)
     return logp, entropy
+
+
+def backward_micro_batches(
+    model,
+    batch: Batch,
+    micro_batch_size: int,
+    loss_fn: Callable[[Batch, Prefix | None], tuple[torch.Tensor, T]],
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> list[T]:
+    """Backpropagates `loss_fn(micro, prefix)` of each micro-batch; returns what each gave besides.
+
+    Micro-batches hold rows of similar length, so little is padding. The
+    batch's shared prefix (the system prompt) runs once, not once per
+    micro-batch: into detached copies of its keys and values, which every
+    micro-batch's backward adds gradients to, and which go back through the
+    prefix once, last. `loss_fn` passes the prefix on to `token_logprobs`.
+    """
+    shared = shared_prefix_length(batch) if batch.size > 1 else 0
+    prefix = None
+    if shared >= MIN_SHARED_PREFIX:
+        with context():
+            _, layers = run_prefix(model, batch.input_ids[:1, :shared])
+        outputs = [t for kv in layers for t in kv]
+        leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
+        prefix = (shared, list(zip(leaves[0::2], leaves[1::2], strict=True)))
+    results = []
+    for micro in batch.split(micro_batch_size, by_length=True):
+        loss, result = loss_fn(micro, prefix)
+        loss.backward()
+        results.append(result)
+    if prefix is not None:
+        pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves, strict=True)
+                 if leaf.grad is not None]  # fmt: skip
+        if pairs:
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+    return results
 
 
 def _wrap_lora(model: PreTrainedModel, config: Config) -> PreTrainedModel:
@@ -212,37 +251,26 @@ class Learner:
     def accumulate(self, batch: Batch) -> dict[str, float]:
         """Adds the gradient of the whole batch's loss, micro-batch by micro-batch.
 
-        Micro-batches hold rows of similar length, so little is padding. The
-        batch's shared prefix (the system prompt) runs once per step, not once
-        per micro-batch: for the reference without gradients, and for the policy
-        into detached copies of its keys and values that every micro-batch's
-        backward adds gradients to; those go back through the prefix once, last.
+        The shared prefix runs once per step (`backward_micro_batches`), for
+        the reference too.
         """
         batch = _to(batch, next(self.model.parameters()).device)
-        totals = {"loss/policy": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0}
         shared = shared_prefix_length(batch) if batch.size > 1 else 0
-        ref_prefix = prefix = None
+        ref_prefix = None
         if shared >= MIN_SHARED_PREFIX:
-            ids = batch.input_ids[:1, :shared]
-            ref_prefix = self._reference_prefix(ids)
-            with self._forward_context():
-                _, layers = run_prefix(self.model, ids)
-            outputs = [t for kv in layers for t in kv]
-            leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
-            prefix = (shared, list(zip(leaves[0::2], leaves[1::2], strict=True)))
-        for micro in batch.split(self.config.optim.micro_batch_size, by_length=True):
-            weight = self._weight(micro, batch)
-            for key, value in self._backward(micro, weight, ref_prefix, prefix).items():
-                totals[key] += value * weight
-        if prefix is not None:
-            pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves, strict=True)
-                     if leaf.grad is not None]  # fmt: skip
-            if pairs:
-                torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
-        return totals
+            ref_prefix = self._reference_prefix(batch.input_ids[:1, :shared])
 
-    def _backward(self, micro: Batch, weight: float, ref_prefix: Prefix | None,
-                  prefix: Prefix | None) -> dict[str, float]:  # fmt: skip
+        def loss_fn(micro: Batch, prefix: Prefix | None):
+            weight = self._weight(micro, batch)
+            loss, stats = self._loss(micro, ref_prefix, prefix)
+            return loss * weight, {k: v * weight for k, v in stats.items()}
+
+        parts = backward_micro_batches(self.model, batch, self.config.optim.micro_batch_size,
+                                       loss_fn, self._forward_context)  # fmt: skip
+        return {key: sum(p[key] for p in parts) for key in parts[0]}
+
+    def _loss(self, micro: Batch, ref_prefix: Prefix | None, prefix: Prefix | None
+              ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
         ref = self._reference_logprobs(micro, ref_prefix)
         with self._forward_context():
             logp, entropy = token_logprobs(self.model, micro, self.config.sampling.temperature,
@@ -256,8 +284,7 @@ class Learner:
             epsilon=self.config.grpo.epsilon,
             beta=self.beta,
         )
-        (out.loss * weight).backward()
-        return {
+        return out.loss, {
             "loss/policy": float(out.policy_loss),
             "kl": float(out.kl),
             "clip_fraction": float(out.clip_fraction),

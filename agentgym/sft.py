@@ -20,7 +20,7 @@ import torch
 from agentgym.checkpoint import save_checkpoint
 from agentgym.config import Config
 from agentgym.core import make_env
-from agentgym.learner import _wrap_lora, token_logprobs
+from agentgym.learner import Prefix, _wrap_lora, backward_micro_batches, token_logprobs
 from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout import TaskSpec, collect
@@ -61,9 +61,9 @@ def demonstrations(config: Config, tokenizer, count: int, seed: int) -> list[Tra
         env.close()
 
 
-def sft_loss(model, batch: Batch) -> torch.Tensor:
+def sft_loss(model, batch: Batch, prefix: Prefix | None = None) -> torch.Tensor:
     """Mean negative log-likelihood of the batch's mask-1 (assistant) tokens."""
-    logp, _ = token_logprobs(model, batch, temperature=1.0)
+    logp, _ = token_logprobs(model, batch, temperature=1.0, prefix=prefix)
     return -(logp * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
 
 
@@ -89,11 +89,13 @@ def warm_up(model, tokenizer, config: Config, advance=lambda: None) -> tuple[obj
         chosen = [demos[i] for i in rng.choice(len(demos), size=s.batch_size)]
         batch = Batch.from_trajectories(chosen, torch.zeros(len(chosen)), tokenizer.pad_token_id)
         optimizer.zero_grad(set_to_none=True)
-        tokens, loss = batch.loss_mask.sum().clamp(min=1), 0.0
-        for micro in batch.split(config.optim.micro_batch_size, by_length=True):
-            part = sft_loss(model, micro) * (micro.loss_mask.sum() / tokens)
-            part.backward()
-            loss += part.item()
+        tokens = batch.loss_mask.sum().clamp(min=1)
+
+        def loss_fn(micro: Batch, prefix: Prefix | None, tokens=tokens):
+            part = sft_loss(model, micro, prefix) * (micro.loss_mask.sum() / tokens)
+            return part, part.item()
+
+        loss = sum(backward_micro_batches(model, batch, config.optim.micro_batch_size, loss_fn))
         grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.max_grad_norm)
         optimizer.step()
         records.append({"step": step, "sft/loss": loss, "grad_norm": float(grad_norm),
