@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class _Section(BaseModel):
@@ -43,8 +43,29 @@ class GRPOConfig(_Section):
     tasks_per_step: int = Field(4, ge=1, description="B: tasks per step; a step trains on B x G.")
     epsilon: float = Field(0.2, gt=0, description="Clip range of the importance ratio.")
     beta: float = Field(0.04, ge=0, description="KL coefficient (k3); 0 loads no reference model.")
-    loss: Literal["grpo", "token_mean", "dr_grpo"] = Field(
-        "grpo", description="Loss aggregation, by name in agentgym.grpo's registry."
+    loss: str = Field(
+        "grpo",
+        description="Loss aggregation, by name in agentgym.grpo's registry: grpo, bnpo, "
+        "dr_grpo, dapo (token_mean is dapo's older name), or one registered by you.",
+    )
+    epsilon_high: float | None = Field(
+        None, gt=0, description="Upper clip range (DAPO's clip-higher); None: epsilon."
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="What divides r - group mean: the group's std, the batch's, or none."
+    )
+    kl_estimator: Literal["k1", "k3"] = Field("k3", description="The per-token KL estimate.")
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token", description="Importance ratio per token (GRPO) or per sequence (GSPO)."
+    )
+    num_iterations: int = Field(
+        1, ge=1, description="mu: optimizer steps on each batch, against its stored old logprobs."
+    )
+    mask_truncated_completions: bool = Field(
+        False, description="Leave episodes cut at the token budget out of the loss (DAPO)."
+    )
+    drop_zero_variance_groups: bool = Field(
+        False, description="Leave groups whose rewards are all equal out of the batch."
     )
     beta_start: float | None = Field(
         None,
@@ -59,6 +80,17 @@ class GRPOConfig(_Section):
         description="Subtracted from each episode's reward per sampled token "
         "(FAQ 7: reward - 0.001 * length); 0 turns it off.",
     )
+
+    @field_validator("loss")
+    @classmethod
+    def _registered_loss(cls, name: str) -> str:
+        from agentgym.grpo import POLICY_LOSSES
+
+        if name not in POLICY_LOSSES:
+            raise ValueError(
+                f"unknown loss {name!r}; registered: {', '.join(sorted(POLICY_LOSSES))}"
+            )
+        return name
 
     def beta_at(self, step: int) -> float:
         """The KL coefficient at `step` (1-based) under the beta schedule."""

@@ -1,17 +1,20 @@
 """GRPO advantages and policy losses, as pure tensor functions.
 
 What this implements, against GRPO as published (Shao et al. 2024,
-"DeepSeekMath", arXiv:2402.03300, outcome supervision, Sec. 4.1):
+"DeepSeekMath", arXiv:2402.03300, outcome supervision, Sec. 4.1), option by
+option (the config's `grpo` section names them as TRL does):
 
-- Advantages are the paper's group-normalised outcome rewards,
-  (r - group mean) / group std, one scalar per trajectory, broadcast to
-  every token it sampled. The std is the *population* std (divide by G), as
-  in the rollout code of the tutorial this project started from; TRL uses
-  the unbiased one (divide by G - 1). Departures: a reward of NaN
+- Advantages (`scale_rewards`) are the paper's group-normalised outcome
+  rewards, (r - group mean) / group std, one scalar per trajectory, broadcast
+  to every token it sampled ("group"). The std is the *population* std
+  (divide by G), as in the rollout code of the tutorial this project started
+  from; TRL uses the unbiased one (divide by G - 1). "batch" divides by the
+  std of the whole batch's rewards instead (REINFORCE++, Hu et al. 2025,
+  arXiv:2501.03262; TRL's `scale_rewards="batch"`), "none" not at all (Dr.
+  GRPO, Liu et al. 2025, arXiv:2503.20783). Departures: a reward of NaN
   (unscorable) gets advantage 0 and is left out of its group's statistics,
   and a group whose rewards are all equal gets 0 everywhere instead of
-  rounding noise divided by eps. `scale_by_std=False` drops the division, as
-  Dr. GRPO (Liu et al. 2025, arXiv:2503.20783) argues.
+  rounding noise divided by eps.
 - The loss "grpo" is the paper's: the PPO clipped surrogate plus beta times
   the per-token k3 KL estimate to the reference policy (Schulman 2020,
   "Approximating KL Divergence", http://joschu.net/blog/kl-approx.html; the
@@ -21,14 +24,27 @@ What this implements, against GRPO as published (Shao et al. 2024,
   of sampled tokens; `old_logprobs` are whatever the learner passes (in this
   project, the sampler's), so the ratio also absorbs sampler/trainer
   numerical mismatch; log-ratios are clamped to +-20 so exp cannot overflow.
-- "token_mean" is DAPO's token-level loss (Yu et al. 2025, arXiv:2503.14476,
-  Sec. 3.3): sum over all sampled tokens / their count, so long answers are
-  not down-weighted. `epsilon_high` gives DAPO's clip-higher. DAPO's dynamic
-  sampling is not done here; `zero_variance_fraction` measures what it would
-  drop.
+- "bnpo" is a token mean over each micro-batch, micro-batches weighted by
+  their sequences (TRL's `bnpo`, equal to it for equal micro-batches).
+- "dapo" is DAPO's token-level loss (Yu et al. 2025, arXiv:2503.14476,
+  Sec. 3.3): sum over all sampled tokens of the whole batch / their count, so
+  long answers are not down-weighted ("token_mean" is its older name here).
+  `epsilon_high` is DAPO's clip-higher (Sec. 3.1). DAPO's overlong filtering
+  is `mask_truncated_completions` (Sec. 3.4: episodes cut at the token budget
+  leave the loss). Its dynamic sampling (Sec. 3.2) is approximated by
+  `drop_zero_variance_groups`, which drops groups with equal rewards rather
+  than sampling more; `zero_variance_fraction` measures them either way.
 - "dr_grpo" sums each sequence's token losses and divides by a constant,
-  the mask width T (Dr. GRPO). T is the padded length of what is
-  passed in: pad every micro-batch to the same width for a true constant.
+  the most tokens an episode may hold (`sampling.max_episode_tokens`; the
+  paper's generation budget), then averages over sequences (Dr. GRPO).
+- `importance_sampling_level="sequence"` is GSPO's ratio (Zheng et al. 2025,
+  arXiv:2507.18071): the exp of the mean token log-ratio of the sequence,
+  clipped once for all its tokens, as TRL computes it.
+- `kl_estimator`: "k3" (the paper's, unbiased and >= 0) or "k1", the plain
+  log-ratio (Schulman 2020); `beta = 0` drops the term and the reference model.
+- `num_iterations` (the paper's mu, Algorithm 1) takes mu optimizer steps on
+  each batch; every step compares with the same stored old logprobs, so the
+  clip bites from the second step on.
 - No dual clip: for a negative advantage the loss grows with the ratio
   without bound, as in PPO and the paper.
 """
@@ -48,8 +64,16 @@ AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 _MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: far beyond any clip, far from float32 overflow
 
 
+Scale = Literal["group", "batch", "none"]
+
+
 def group_advantages(
-    rewards: Tensor, group_size: int, eps: float = 1e-8, *, scale_by_std: bool = True
+    rewards: Tensor,
+    group_size: int,
+    eps: float = 1e-8,
+    *,
+    scale_by_std: bool = True,
+    scale: Scale = "group",
 ) -> Tensor:
     """Group-relative advantage of each trajectory: (r - group mean) / (group std + eps).
 
@@ -59,7 +83,10 @@ def group_advantages(
             mean and std.
         group_size: G, the samples per prompt.
         eps: added to the std, as in the paper.
-        scale_by_std: False gives Dr. GRPO's r - group mean.
+        scale_by_std: False gives Dr. GRPO's r - group mean (as `scale="none"`).
+        scale: What divides r - group mean: the group's std ("group", the paper),
+            the std of the whole batch's rewards ("batch", as Hu et al. 2025,
+            REINFORCE++, and TRL's `scale_rewards="batch"`), or nothing ("none", Dr. GRPO).
 
     Returns:
         [N] advantages (float). The std is the population std (divide by the number
@@ -75,8 +102,14 @@ def group_advantages(
     mean = filled.sum(dim=1, keepdim=True) / count
     centered = torch.where(valid, groups - mean, 0.0)
     adv = centered
-    if scale_by_std:
+    if scale not in get_args(Scale):
+        raise ValueError(f"scale must be one of {get_args(Scale)}, got {scale!r}")
+    if scale_by_std and scale == "group":
         std = (centered.square().sum(dim=1, keepdim=True) / count).sqrt()
+        adv = centered / (std + eps)
+    elif scale_by_std and scale == "batch":
+        scored = groups[valid]
+        std = (scored - scored.mean()).square().mean().sqrt() if scored.numel() else 0.0
         adv = centered / (std + eps)
     flat = _all_equal(groups, valid).unsqueeze(1)
     return torch.where(valid & ~flat, adv, 0.0).reshape(-1)
@@ -122,6 +155,18 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return torch.exp(d) - d - 1.0
 
 
+def kl_k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Per-token k1 estimate of KL(policy || reference): logprobs - ref_logprobs.
+
+    Unbiased for the KL but of high variance, and negative on some tokens
+    (Schulman 2020); as a loss term its gradient is that of the log-ratio.
+    """
+    return logprobs - ref_logprobs
+
+
+KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"k1": kl_k1, "k3": kl_k3}
+
+
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Mean of `x` [...] where `mask` (same shape, any dtype) is nonzero, over `dim` or all.
 
@@ -133,12 +178,14 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return total / count.clamp(min=1)
 
 
-def aggregate(per_token: Tensor, mask: Tensor, aggregation: Aggregation) -> Tensor:
+def aggregate(per_token: Tensor, mask: Tensor, aggregation: Aggregation,
+              max_tokens: int | None = None) -> Tensor:  # fmt: skip
     """Reduces a [B, T] per-token loss to a scalar over the masked tokens.
 
     "seq_mean_token_mean" (GRPO): mean over each sequence's tokens, then over all B
-    sequences (one with no tokens contributes 0). "token_mean" (DAPO): sum over all
-    tokens / their count. "seq_mean_token_sum_norm" (Dr. GRPO): each sequence's sum / T,
+    sequences (one with no tokens contributes 0). "token_mean" (DAPO, BNPO): sum over
+    all tokens / their count. "seq_mean_token_sum_norm" (Dr. GRPO): each sequence's
+    sum / `max_tokens` (a constant: the most tokens a completion may have; None: T),
     then mean over sequences.
     """
     if aggregation == "seq_mean_token_mean":
@@ -146,7 +193,8 @@ def aggregate(per_token: Tensor, mask: Tensor, aggregation: Aggregation) -> Tens
     if aggregation == "token_mean":
         return masked_mean(per_token, mask)
     if aggregation == "seq_mean_token_sum_norm":
-        return torch.where(mask.bool(), per_token, 0.0).sum(-1).mean() / mask.shape[-1]
+        norm = mask.shape[-1] if max_tokens is None else max_tokens
+        return torch.where(mask.bool(), per_token, 0.0).sum(-1).mean() / norm
     raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
 
 
@@ -171,12 +219,17 @@ def clipped_policy_loss(
     beta: float = 0.0,
     epsilon_high: float | None = None,
     aggregation: Aggregation = "seq_mean_token_mean",
+    importance_sampling_level: Literal["token", "sequence"] = "token",
+    kl_estimator: Literal["k1", "k3"] = "k3",
+    max_tokens: int | None = None,
 ) -> LossOutput:
-    """PPO/GRPO clipped surrogate plus beta * k3 KL, reduced by `aggregation`.
+    """PPO/GRPO clipped surrogate plus beta * KL, reduced by `aggregation`.
 
-    Per token: -min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A) + beta * k3,
-    with ratio = exp(logprobs - old_logprobs). Positions where `loss_mask` is 0 affect
-    neither the loss nor any gradient, whatever they hold (even inf or NaN).
+    Per token: -min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A) + beta * KL,
+    with ratio = exp(logprobs - old_logprobs), or, at the "sequence" level (GSPO,
+    Zheng et al. 2025, arXiv:2507.18071), the exp of the mean log-ratio of the
+    sequence's masked tokens, shared by all of them. Positions where `loss_mask`
+    is 0 affect neither the loss nor any gradient, whatever they hold (even inf or NaN).
 
     Args:
         logprobs: [B, T] current-policy log-probs of the target tokens (requires grad).
@@ -188,6 +241,9 @@ def clipped_policy_loss(
         beta: KL coefficient.
         epsilon_high: DAPO clip-higher upper range; None means epsilon.
         aggregation: see `aggregate`.
+        importance_sampling_level: "token" (GRPO, PPO) or "sequence" (GSPO).
+        kl_estimator: "k3" (the paper's, >= 0) or "k1" (the log-ratio).
+        max_tokens: Dr. GRPO's constant normaliser; see `aggregate`.
 
     Raises:
         ValueError: on mismatched shapes, or beta > 0 without ref_logprobs.
@@ -208,17 +264,28 @@ def clipped_policy_loss(
     logp = torch.where(keep, logprobs, 0.0)
     old = torch.where(keep, old_logprobs.detach(), 0.0)
     log_ratio = (logp - old).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    if importance_sampling_level == "sequence":
+        log_ratio = masked_mean(log_ratio, keep, dim=-1).unsqueeze(-1).expand_as(log_ratio)
+    elif importance_sampling_level != "token":
+        raise ValueError(
+            "importance_sampling_level must be 'token' or 'sequence', "
+            f"got {importance_sampling_level!r}"
+        )
     ratio = torch.exp(log_ratio)
     adv = advantages.detach().to(ratio.dtype).unsqueeze(1)
     high = epsilon if epsilon_high is None else epsilon_high
     per_token = -torch.minimum(ratio * adv, ratio.clamp(1.0 - epsilon, 1.0 + high) * adv)
     clipped = ((ratio > 1.0 + high) & (adv > 0)) | ((ratio < 1.0 - epsilon) & (adv < 0))
 
-    policy_loss = aggregate(per_token, keep, aggregation)
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(
+            f"kl_estimator must be one of {sorted(KL_ESTIMATORS)}, got {kl_estimator!r}"
+        )
+    policy_loss = aggregate(per_token, keep, aggregation, max_tokens)
     loss, kl = policy_loss, torch.zeros((), device=logprobs.device)
     if ref_logprobs is not None:
         ref = torch.where(keep, ref_logprobs.detach(), 0.0)
-        kl = aggregate(kl_k3(logp, ref), keep, aggregation)
+        kl = aggregate(KL_ESTIMATORS[kl_estimator](logp, ref), keep, aggregation, max_tokens)
         if beta > 0:
             loss = policy_loss + beta * kl
     return LossOutput(
@@ -231,20 +298,28 @@ def clipped_policy_loss(
 
 PolicyLossFn = Callable[..., LossOutput]
 POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+MICRO_BATCH_WEIGHTS: dict[str, Literal["sequences", "tokens"]] = {}
+"""How the learner weighs a loss's micro-batches: by their share of the batch's
+sequences, or of its loss tokens (a token mean over the whole batch)."""
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+def register_policy_loss(
+    name: str, weight: Literal["sequences", "tokens"] = "sequences"
+) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator adding a loss to POLICY_LOSSES under `name`; a taken name is a ValueError.
 
     A registered loss is called as `fn(logprobs [B, T], old_logprobs [B, T],
     advantages [B], loss_mask [B, T], *, ref_logprobs=None, epsilon=0.2, beta=0.0,
-    epsilon_high=None) -> LossOutput`.
+    epsilon_high=None, importance_sampling_level="token", kl_estimator="k3",
+    max_tokens=None) -> LossOutput` on one micro-batch; the learner sums the
+    micro-batches' losses, each times its share of the batch (`weight`).
     """
 
     def add(fn: PolicyLossFn) -> PolicyLossFn:
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
         POLICY_LOSSES[name] = fn
+        MICRO_BATCH_WEIGHTS[name] = weight
         return fn
 
     return add
@@ -258,10 +333,14 @@ def get_policy_loss(name: str) -> PolicyLossFn:
     return POLICY_LOSSES[name]
 
 
-# The built-in losses differ only in how per-token terms are reduced.
+# The built-in losses differ only in how per-token terms are reduced (TRL's `loss_type` names).
 register_policy_loss("grpo")(partial(clipped_policy_loss, aggregation="seq_mean_token_mean"))
-register_policy_loss("token_mean")(partial(clipped_policy_loss, aggregation="token_mean"))
+register_policy_loss("bnpo")(partial(clipped_policy_loss, aggregation="token_mean"))
 register_policy_loss("dr_grpo")(partial(clipped_policy_loss, aggregation="seq_mean_token_sum_norm"))
+register_policy_loss("dapo", weight="tokens")(
+    partial(clipped_policy_loss, aggregation="token_mean")
+)
+register_policy_loss("token_mean", weight="tokens")(POLICY_LOSSES["dapo"])  # the older name of dapo
 
 
 def entropy_from_logprobs(logprobs: Tensor) -> Tensor:

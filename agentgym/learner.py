@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache, PreTrainedModel
 
 from agentgym import grpo
@@ -91,6 +92,21 @@ def _hidden_states(model, batch: Batch, prefix: Prefix | None = None) -> tuple[t
     return out.last_hidden_state, shared
 
 
+LOGIT_BUDGET = 2**25
+"""Most logits (positions x vocabulary) `token_logprobs` holds at once: 128 MB in float32.
+Past it, positions go through the head in checkpointed chunks."""
+
+
+def _head_logprobs(model, head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
+                   ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Logprob [K] of each target under head(hidden [K, H]) / T, and the (detached) entropy [K]."""
+    logits = _softcap(model, head(hidden).float()) / temperature
+    logsm = torch.log_softmax(logits, dim=-1)
+    with torch.no_grad():
+        entropy = grpo.entropy_from_logprobs(logsm)
+    return logsm.gather(-1, targets[:, None]).squeeze(-1), entropy
+
+
 def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Logprobs [N, L-1] of each target token, and the entropy [N, L-1] of its distribution.
@@ -98,20 +114,37 @@ def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | Non
     Only the positions the loss mask selects are projected onto the vocabulary
     (the rest read 0), so the prompt and tool results cost no logits, and the
     batch's shared prefix (the system prompt) is run once, not once per row
-    (`prefix`: already run, for these rows' first P tokens).
+    (`prefix`: already run, for these rows' first P tokens). When the selected
+    positions times the vocabulary exceed `LOGIT_BUDGET`, they are projected in
+    chunks under activation checkpointing, so memory stays flat in their number
+    (the backward pass recomputes each chunk's logits).
     The entropy is detached: it is a metric.
     """
     hidden, shared = _hidden_states(model, batch, prefix)
     rows, cols = batch.loss_mask.nonzero(as_tuple=True)
     _, head = _decoder_and_head(model)
-    logits = _softcap(model, head(hidden[rows, cols - shared]).float()) / temperature
-    logsm = torch.log_softmax(logits, dim=-1)
-    kept = logsm.gather(-1, batch.input_ids[rows, cols + 1, None]).squeeze(-1)
+    selected, targets = hidden[rows, cols - shared], batch.input_ids[rows, cols + 1]
+    step = max(1, LOGIT_BUDGET // head.weight.shape[0])
+    if len(rows) <= step:
+        kept, ent = _head_logprobs(model, head, selected, targets, temperature)
+    else:
+        parts = [
+            checkpoint(
+                _head_logprobs,
+                model,
+                head,
+                selected[i : i + step],
+                targets[i : i + step],
+                temperature,
+                use_reentrant=False,
+            )  # fmt: skip
+            for i in range(0, len(rows), step)
+        ]
+        kept, ent = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     logp = torch.zeros(batch.loss_mask.shape, dtype=kept.dtype, device=kept.device)
     logp = logp.index_put((rows, cols), kept)
-    with torch.no_grad():
-        entropy = torch.zeros_like(logp)
-        entropy[rows, cols] = grpo.entropy_from_logprobs(logsm)
+    entropy = torch.zeros_like(logp, requires_grad=False)
+    entropy[rows, cols] = ent.detach()
     return logp, entropy
 
 
@@ -229,7 +262,7 @@ class Learner:
 
     def _weight(self, micro: Batch, whole: Batch) -> float:
         """This micro-batch's share of the whole batch's loss."""
-        if self.config.grpo.loss == "token_mean":
+        if grpo.MICRO_BATCH_WEIGHTS[self.config.grpo.loss] == "tokens":
             return float(micro.loss_mask.sum() / whole.loss_mask.sum().clamp(min=1))
         return micro.size / whole.size
 
@@ -283,6 +316,10 @@ class Learner:
             ref_logprobs=ref,
             epsilon=self.config.grpo.epsilon,
             beta=self.beta,
+            epsilon_high=self.config.grpo.epsilon_high,
+            importance_sampling_level=self.config.grpo.importance_sampling_level,
+            kl_estimator=self.config.grpo.kl_estimator,
+            max_tokens=self.config.sampling.max_episode_tokens,
         )
         return out.loss, {
             "loss/policy": float(out.policy_loss),

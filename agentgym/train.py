@@ -90,12 +90,12 @@ def train_step(
     if g.length_penalty:
         lengths = torch.tensor([float(t.completion_length) for t in trajectories])
         rewards = rewards - g.length_penalty * lengths
-    advantages = grpo.group_advantages(rewards, g.group_size)
-    batch = Batch.from_trajectories(trajectories, advantages, tokenizer.pad_token_id)
-    stats = learner.step(batch, beta=beta)
+    advantages = grpo.group_advantages(rewards, g.group_size, scale=g.scale_rewards)
+    stats = learner_steps(config, learner, trajectories, rewards, advantages, tokenizer, beta)
     if policy.model is not learner.model:
         policy.load_weights(learner.named_weights())
     seconds = time.perf_counter() - start
+    trained_tokens = sum(sum(t.loss_mask) for t in trajectories)
     metrics = {
         **rollout_metrics(trajectories),
         **stats,
@@ -103,11 +103,41 @@ def train_step(
         "zero_variance_groups": grpo.zero_variance_fraction(rewards, g.group_size),
         "step_seconds": seconds,
         "rollout_seconds": rollout_seconds,
-        "tokens_per_second": float(batch.loss_mask.sum()) / seconds,
+        "tokens_per_second": trained_tokens / seconds,
     }
     if g.length_penalty:
         metrics["reward/penalised_mean"] = float(rewards.mean())
     return trajectories, metrics
+
+
+def learner_steps(config: Config, learner: Learner, trajectories: list[Trajectory],
+                  rewards: torch.Tensor, advantages: torch.Tensor, tokenizer,
+                  beta: float | None) -> dict[str, float]:  # fmt: skip
+    """`grpo.num_iterations` learner steps on the step's batch; returns their mean metrics.
+
+    Groups whose rewards are all equal are left out first with
+    `grpo.drop_zero_variance_groups`, and episodes cut at the token budget are
+    masked out of the loss with `grpo.mask_truncated_completions`. Later
+    iterations compare against the same stored old logprobs (the sampler's).
+    """
+    g = config.grpo
+    keep = torch.ones(len(trajectories), dtype=torch.bool)
+    stats: dict[str, float] = {}
+    if g.drop_zero_variance_groups:
+        flat = torch.tensor([grpo.zero_variance_fraction(group, g.group_size) == 1.0
+                             for group in rewards.split(g.group_size)])  # fmt: skip
+        keep = ~flat.repeat_interleave(g.group_size)
+        stats["dropped_groups"] = float(flat.sum())
+    if not keep.any():
+        return stats
+    kept = [t for t, k in zip(trajectories, keep.tolist(), strict=True) if k]
+    batch = Batch.from_trajectories(kept, advantages[keep], tokenizer.pad_token_id)
+    if g.mask_truncated_completions:
+        complete = torch.tensor([not t.truncated for t in kept], dtype=batch.loss_mask.dtype)
+        batch = batch.masked_rows(complete)
+    runs = [learner.step(batch, beta=beta) for _ in range(g.num_iterations)]
+    stats.update({key: sum(r[key] for r in runs) / len(runs) for key in runs[0]})
+    return stats
 
 
 def _held_out(config: Config, tokenizer, count: int, start: int, n: int | None = None

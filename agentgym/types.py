@@ -8,7 +8,7 @@ consumes a `Batch` of padded tensors built from trajectories.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
@@ -152,6 +152,10 @@ class Batch:
             loss_mask[i, : k - 1] = torch.tensor(t.loss_mask[1:], dtype=torch.float32)
             old[i, : k - 1] = torch.tensor(t.logprobs[1:], dtype=torch.float32)
         return cls(input_ids, attention, loss_mask, old, advantages.to(torch.float32))
+
+    def masked_rows(self, keep: torch.Tensor) -> Batch:
+        """This batch with the loss mask of every row where `keep` [N] is 0 zeroed."""
+        return replace(self, loss_mask=self.loss_mask * keep[:, None].to(self.loss_mask.dtype))
 
     def split(self, micro_batch_size: int, by_length: bool = False) -> list[Batch]:
         """Cuts the batch into micro-batches, trimming each to its longest row.

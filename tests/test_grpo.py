@@ -304,3 +304,78 @@ def test_entropy_from_logprobs():
     close(h, [[math.log(4.0), 0.562335, 0.0]])
     h.sum().backward()
     assert torch.isfinite(logits.grad).all()
+
+
+# --- the loss options of issue 7, by hand ---------------------------------------------
+
+
+def test_batch_and_no_reward_scaling():
+    # G = 4: group means 0.25 and 0.75, centred [.75 -.25 -.25 -.25 | .25 .25 .25 -.75];
+    # the batch's rewards have mean 0.5 and population std 0.5.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+    close(group_advantages(rewards, 4, scale="batch"), [1.5, -0.5, -0.5, -0.5, 0.5, 0.5, 0.5, -1.5])
+    close(
+        group_advantages(rewards, 4, scale="none"),
+        [0.75, -0.25, -0.25, -0.25, 0.25, 0.25, 0.25, -0.75],
+    )
+    with pytest.raises(ValueError, match="scale"):
+        group_advantages(rewards, 4, scale="rank")
+
+
+def test_dr_grpo_divides_by_a_constant_not_the_width():
+    # The hand example's row sums are -2.2 and 7.6: mean 2.7, / 10 = 0.27 whatever the width.
+    out = get_policy_loss("dr_grpo")(*example(), epsilon=0.2, max_tokens=10)
+    close(out.loss, 0.27)
+
+
+@pytest.mark.parametrize(("name", "expected"), [("bnpo", 1.08), ("dapo", 1.08)])
+def test_bnpo_and_dapo_are_token_means_of_a_micro_batch(name, expected):
+    from agentgym.grpo import MICRO_BATCH_WEIGHTS
+
+    close(get_policy_loss(name)(*example(), epsilon=0.2).loss, expected)
+    # they differ in how the learner weighs micro-batches: dapo by tokens (a token mean
+    # over the whole batch), bnpo by sequences (each micro-batch's own token mean)
+    assert MICRO_BATCH_WEIGHTS[name] == {"bnpo": "sequences", "dapo": "tokens"}[name]
+    assert get_policy_loss("token_mean") is get_policy_loss("dapo")
+
+
+def test_sequence_level_importance_ratio_on_hand_example():
+    # log-ratios 0.1 and 0.3: the sequence's mean 0.2, ratio e^0.2 = 1.2214 on both tokens;
+    # A = +1, epsilon 0.2: clipped at 1.2 on both, loss -1.2, no gradient.
+    logp, old, adv, mask = example([[math.exp(0.1), math.exp(0.3)]], [[1.0, 1.0]], [1.0])
+    out = clipped_policy_loss(logp, old, adv, mask, epsilon=0.2,
+                              importance_sampling_level="sequence")  # fmt: skip
+    close(out.loss, -1.2)
+    close(out.clip_fraction, 1.0)
+    out.loss.backward()
+    close(logp.grad, [[0.0, 0.0]])
+    # per token instead: -min(e^0.1, e^0.1) and -1.2 (clipped): mean -(1.10517 + 1.2) / 2
+    token = clipped_policy_loss(*example([[math.exp(0.1), math.exp(0.3)]], [[1.0, 1.0]], [1.0]),
+                                epsilon=0.2)  # fmt: skip
+    close(token.loss, -(math.exp(0.1) + 1.2) / 2)
+
+
+def test_sequence_level_gradient_spreads_over_the_sequence():
+    # log-ratios +0.05 and -0.05: mean 0, ratio 1, A = 2, unclipped; loss -2 and
+    # d/dlogp_t = -A * ratio * (1/T) = -1 on each token (seq-mean of equal terms).
+    logp, old, adv, mask = example([[math.exp(0.05), math.exp(-0.05)]], [[1.0, 1.0]], [2.0])
+    out = clipped_policy_loss(logp, old, adv, mask, epsilon=0.2,
+                              importance_sampling_level="sequence")  # fmt: skip
+    close(out.loss, -2.0)
+    out.loss.backward()
+    close(logp.grad, [[-1.0, -1.0]])
+
+
+def test_k1_kl_estimator_on_hand_example():
+    from agentgym.grpo import kl_k1
+
+    logp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
+    close(kl_k1(logp, ref), [0.5, -1.0])
+    # as the KL term of a loss: ratio 1, A = 0, beta 0.1 -> loss = 0.1 * mean k1 = -0.025
+    logp2, old, adv, mask = example([[1.0, 1.0]], [[1.0, 1.0]], [0.0])
+    ref2 = logp2.detach() + torch.tensor([[-0.5, 1.0]])
+    out = clipped_policy_loss(logp2, old, adv, mask, ref_logprobs=ref2, beta=0.1,
+                              kl_estimator="k1")  # fmt: skip
+    close(out.loss, 0.1 * (0.5 - 1.0) / 2)
+    with pytest.raises(ValueError, match="kl_estimator"):
+        clipped_policy_loss(logp2, old, adv, mask, ref_logprobs=ref2, kl_estimator="k2")

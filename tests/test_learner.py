@@ -225,3 +225,117 @@ def test_split_by_length_puts_rows_of_similar_length_together():
     assert [m.advantages.tolist() for m in micros] == [[1.0, 3.0], [2.0, 0.0]]
     assert [m.input_ids.shape[1] for m in micros] == [3, 6]  # each trimmed to its longest row
     assert [m.advantages.tolist() for m in batch.split(2)] == [[0.0, 1.0], [2.0, 3.0]]
+
+
+def _trajectory(vocab: int, reward: float, truncated: bool, seed: int):
+    from agentgym.types import Trajectory
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (12,), generator=g).tolist()
+    mask = [0] * 5 + [1] * 7
+    logps = [0.0] * 5 + (-torch.rand(7, generator=g) - 1.0).tolist()
+    return Trajectory(task_id=f"t{seed // 2}", group=seed // 2, tokens=tuple(ids),
+                      loss_mask=tuple(mask), logprobs=tuple(logps), prompt_length=5,
+                      reward=reward, reward_parts={}, turns=(), finish_reason="stop",
+                      truncated=truncated)  # fmt: skip
+
+
+def test_learner_steps_drop_flat_groups_mask_truncated_episodes_and_iterate(tiny, monkeypatch):
+    from agentgym.train import learner_steps
+
+    model, tokenizer = tiny
+    # two groups of two: group 0 rewards 1 and 0 (signal), group 1 rewards 1 and 1 (flat);
+    # the second episode of group 0 was cut at the token budget
+    rewards = [1.0, 0.0, 1.0, 1.0]
+    trajs = [_trajectory(len(tokenizer), r, i == 1, i) for i, r in enumerate(rewards)]
+    config = _config(**{"grpo.group_size": 2, "grpo.drop_zero_variance_groups": True,
+                        "grpo.mask_truncated_completions": True,
+                        "grpo.num_iterations": 3})  # fmt: skip
+    learner = Learner(copy.deepcopy(model), config)
+    seen = []
+    real_step = learner.step
+    monkeypatch.setattr(learner, "step", lambda batch, beta=None: seen.append(batch) or
+                        real_step(batch, beta))  # fmt: skip
+    before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    advantages = torch.tensor([1.0, -1.0, 0.0, 0.0])
+    stats = learner_steps(config, learner, trajs, torch.tensor(rewards), advantages, tokenizer,
+                          None)  # fmt: skip
+    assert stats["dropped_groups"] == 1.0
+    assert len(seen) == 3 and all(b is seen[0] for b in seen)  # mu = 3 steps on one batch
+    batch = seen[0]
+    assert batch.size == 2  # the flat group left the batch
+    assert batch.loss_mask[0].sum() == 7 and batch.loss_mask[1].sum() == 0  # truncated: masked
+    assert torch.equal(batch.advantages, torch.tensor([1.0, -1.0]))
+    changed = any(not torch.equal(p, before[n]) for n, p in learner.model.named_parameters())
+    assert changed and set(stats) >= {"kl", "clip_fraction", "grad_norm"}
+
+
+def test_learner_steps_with_every_group_flat_skip_the_update(tiny):
+    from agentgym.train import learner_steps
+
+    model, tokenizer = tiny
+    trajs = [_trajectory(len(tokenizer), 1.0, False, i) for i in range(4)]
+    config = _config(**{"grpo.group_size": 2, "grpo.drop_zero_variance_groups": True})
+    learner = Learner(copy.deepcopy(model), config)
+    before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    stats = learner_steps(config, learner, trajs, torch.ones(4), torch.zeros(4), tokenizer, None)
+    assert stats == {"dropped_groups": 2.0}
+    assert all(torch.equal(p, before[n]) for n, p in learner.model.named_parameters())
+
+
+def test_an_unknown_loss_name_is_refused_with_the_registered_names():
+    with pytest.raises(Exception, match="registered: bnpo, dapo, dr_grpo, grpo"):
+        _config(**{"grpo.loss": "ppo2"})
+
+
+def test_chunked_vocabulary_projection_gives_the_same_logprobs_and_gradients(tiny, monkeypatch):
+    import agentgym.learner as learner_module
+
+    model, tokenizer = tiny
+    batch = _prefixed_batch(len(tokenizer))
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        logp, entropy = token_logprobs(model, batch, 0.7)
+        (logp * torch.linspace(-1, 1, logp.shape[1])).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logp.detach(), entropy, grads
+
+    whole = run()
+    # three positions per chunk: the 4 rows' ~60 selected positions take about 20 chunks
+    monkeypatch.setattr(
+        learner_module, "LOGIT_BUDGET", 3 * model.get_output_embeddings().weight.shape[0]
+    )
+    chunked = run()
+    model.zero_grad(set_to_none=True)
+    assert torch.allclose(whole[0], chunked[0], atol=1e-6)
+    assert torch.allclose(whole[1], chunked[1], atol=1e-6) and whole[1].abs().sum() > 0
+    assert whole[2].keys() == chunked[2].keys()
+    for name, grad in whole[2].items():
+        assert torch.allclose(chunked[2][name], grad, atol=1e-5, rtol=1e-5), (
+            name,
+            float((chunked[2][name] - grad).abs().max()),
+            float(grad.abs().max()),
+        )
+
+
+@pytest.mark.parametrize("loss", ["grpo", "dapo", "dr_grpo"])  # bnpo depends on the buckets
+def test_length_bucketed_micro_batches_equal_one_padded_batch(tiny, loss):
+    # rows of very different lengths (a multi-turn batch): bucketing them two by two
+    # must give the gradient of the whole batch padded to its longest row
+    model, tokenizer = tiny
+    lengths = [40, 9, 31, 14, 22, 12]
+    g = torch.Generator().manual_seed(3)
+    width = max(lengths)
+    ids = torch.randint(3, len(tokenizer), (len(lengths), width), generator=g)
+    attention = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+    mask = attention[:, 1:].float()
+    mask[:, :4] = 0.0  # a 5-token prompt
+    old = -torch.rand(mask.shape, generator=g) * mask
+    batch = Batch(ids, attention, mask, old, torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]))
+    options = {"grpo.loss": loss, "optim.micro_batch_size": len(lengths)}
+    whole = _grads(model, _config(**options), batch)
+    bucketed = _grads(model, _config(**{**options, "optim.micro_batch_size": 2}), batch)
+    assert whole.keys() == bucketed.keys()
+    for name in whole:
+        assert torch.allclose(whole[name], bucketed[name], atol=1e-5, rtol=1e-4), name
