@@ -8,6 +8,7 @@ sampled, and only environment text is tokenized, as a chat-template suffix.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -173,12 +174,14 @@ def collect(
         for g, spec in enumerate(specs)
         for k in range(group_size)
     ]
-    while live := [ep for ep in episodes if not ep.done]:
-        gens = policy.generate([ep.tokens for ep in live], params)
-        for ep, gen in zip(live, gens, strict=True):
-            _advance(ep, gen.ids, gen.logprobs, gen.finish_reason, tokenizer)
-            if not ep.done and max_tokens is not None and len(ep.tokens) >= max_tokens:
-                ep.done = ep.truncated = True
+    reusing = getattr(policy, "reusing_cache", contextlib.nullcontext)
+    with reusing():  # a policy that can continues each episode's next turn from its cache
+        while live := [ep for ep in episodes if not ep.done]:
+            gens = policy.generate([ep.tokens for ep in live], params)
+            for ep, gen in zip(live, gens, strict=True):
+                _advance(ep, gen.ids, gen.logprobs, gen.finish_reason, tokenizer)
+                if not ep.done and max_tokens is not None and len(ep.tokens) >= max_tokens:
+                    ep.done = ep.truncated = True
     return [_finish(ep) for ep in episodes]
 
 

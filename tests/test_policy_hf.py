@@ -215,3 +215,28 @@ def test_sampling_with_merged_adapters_matches_the_adapters_and_unmerges_after(t
     with torch.no_grad(), peft.disable_adapter():
         base, _ = token_logprobs(peft, batch, 1.0)
     assert not torch.allclose(logp, base, atol=1e-3)  # the adapters did change the samples' odds
+
+
+def test_a_next_turn_continues_from_the_kept_cache_with_exact_logprobs(tiny, monkeypatch):
+    model, tokenizer = tiny
+    policy = HFPolicy(model, tokenizer)
+    prompts = _long_prompts(tokenizer)
+    reply = tokenizer.encode("<tool_response>\n42\n</tool_response>", add_special_tokens=False)
+    calls = []
+    real = policy._prefill_reused
+    monkeypatch.setattr(policy, "_prefill_reused", lambda *a: calls.append(a[1]) or real(*a))
+    with policy.reusing_cache():
+        first = policy.generate(prompts, SamplingParams(max_new_tokens=6, seed=1))
+        # the next turn: each history, then a tool reply; one new prompt continues nothing
+        turn2 = [p + list(g.ids) + reply for p, g in zip(prompts, first, strict=True)]
+        turn2.append(_prompt(tokenizer, "A fresh question about 7 and 5"))
+        second = policy.generate(turn2, SamplingParams(max_new_tokens=6, seed=2))
+        assert policy._kept is not None and len(policy._kept) == len(turn2)  # kept for turn 3
+    assert policy._kept is None  # nothing outlives the block
+    assert len(calls) == 1 and sum(k is not None for k in calls[0]) == len(prompts)
+    for prompt, gen in zip(turn2, second, strict=True):
+        expected = _teacher_forced(model, prompt, gen.ids, 1.0)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
+    # without the block, the same call prefills everything and samples the same ids
+    plain = HFPolicy(model, tokenizer).generate(turn2, SamplingParams(max_new_tokens=6, seed=2))
+    assert [g.ids for g in plain] == [g.ids for g in second]

@@ -223,6 +223,7 @@ class HFPolicy:
         self.stop_ids = stop_token_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id
         self._generator: torch.Generator | None = None
+        self._kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
         self.cache_kwarg = cache_kwarg(model)
 
     @property
@@ -255,6 +256,76 @@ class HFPolicy:
             **{self.cache_kwarg: cache}, **kwargs,
         )  # fmt: skip
 
+    @contextlib.contextmanager
+    def reusing_cache(self) -> Iterator[None]:
+        """Within the block, each finished row's keys and values are kept, and a later
+        prompt that extends a kept sequence (the next turn of the same episode: its
+        history, then the tool's reply) continues from them instead of prefilling the
+        whole conversation again. The weights must not change inside the block;
+        `collect` opens one per rollout.
+        """
+        self._kept = {}
+        try:
+            yield
+        finally:
+            self._kept = None
+
+    def _keep(self, prompt: list[int], ids: list[int], cache: Cache, row: int, mask) -> None:
+        """Keeps row `row`'s keys and values (its unmasked columns) under the ids they hold."""
+        if self._kept is None or len(ids) < 2:
+            return
+        columns = mask[row].nonzero().flatten()
+        layers = [(layer.keys[row][:, columns], layer.values[row][:, columns])
+                  for layer in cache.layers]  # fmt: skip
+        self._kept[tuple(prompt) + tuple(ids[:-1])] = layers  # the last id was never fed
+
+    def _reusable(self, prompts: list[list[int]]) -> list[tuple[int, ...] | None]:
+        """For each prompt, the longest kept sequence it strictly extends, or None."""
+        found = []
+        for p in prompts:
+            best = None
+            for key in self._kept or ():
+                longer = best is None or len(key) > len(best)
+                if longer and len(key) < len(p) and tuple(p[: len(key)]) == key:
+                    best = key
+            found.append(best)
+        return found
+
+    def _prefill_reused(self, prompts, keys, max_new_tokens: int):
+        """Prefills only what each prompt adds to its kept sequence; returns (cache,
+        last logits, attention mask, positions). Row j's columns are [padding, its kept
+        keys and values, padding, its new ids], the padding masked out."""
+        reused = [len(k) if k is not None else 0 for k in keys]
+        width = max(reused)
+        capacity = width + max(len(p) - r for p, r in zip(prompts, reused, strict=True))
+        capacity += max_new_tokens
+        cache = ReservedCache(capacity)
+        first = next(self._kept[k] for k in keys if k is not None)
+        for index, (k0, v0) in enumerate(first):
+            layer = _ReservedLayer(capacity)
+            shape = (len(prompts), k0.shape[0], capacity, k0.shape[-1])
+            layer._keys, layer._values = k0.new_zeros(shape), v0.new_zeros(shape)
+            for j, key in enumerate(keys):
+                if key is not None:
+                    keys_j, values_j = self._kept[key][index]
+                    layer._keys[j, :, width - reused[j] : width] = keys_j
+                    layer._values[j, :, width - reused[j] : width] = values_j
+            layer.device, layer.is_initialized, layer.length = k0.device, True, width
+            layer.keys, layer.values = layer._keys[:, :, :width], layer._values[:, :, :width]
+            cache.layers.append(layer)
+        ids, suffix_mask = _left_pad([p[r:] for p, r in zip(prompts, reused, strict=True)],
+                                     self.pad_id, self.device)  # fmt: skip
+        kept_mask = torch.zeros(len(prompts), width, dtype=torch.long, device=self.device)
+        for j, r in enumerate(reused):
+            kept_mask[j, width - r :] = 1
+        start = torch.tensor(reused, device=self.device)[:, None]
+        positions = start + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([kept_mask, suffix_mask], dim=1)
+        for key in set(keys) - {None}:  # each kept sequence is continued once
+            del self._kept[key]
+        out = self._forward(ids, mask, positions, cache, logits_to_keep=1)
+        return cache, out.logits, mask, positions[:, -1:]
+
     def _prefill(self, prompts: list[list[int]], cache: DynamicCache):
         """Runs the prompts into `cache`; returns (last logits, attention mask, positions).
 
@@ -280,9 +351,14 @@ class HFPolicy:
 
     def _decode_loop(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Samples until every row stopped or hit the budget; finished rows leave the batch."""
-        longest = max(len(p) for p in prompts)
-        cache = ReservedCache(capacity=longest + params.max_new_tokens)
-        logits, mask, positions = self._prefill(prompts, cache)
+        keys = self._reusable(prompts) if self._kept else [None] * len(prompts)
+        if any(k is not None for k in keys):
+            cache, logits, mask, positions = self._prefill_reused(
+                prompts, keys, params.max_new_tokens
+            )
+        else:
+            cache = ReservedCache(capacity=max(len(p) for p in prompts) + params.max_new_tokens)
+            logits, mask, positions = self._prefill(prompts, cache)
         stop = torch.tensor(sorted(self.stop_ids), device=self.device)
         rows = list(range(len(prompts)))  # prompt index of each live row
         ids: list[list[int]] = [[] for _ in prompts]
@@ -296,7 +372,10 @@ class HFPolicy:
             stopped = torch.isin(token, stop)
             for k in stopped.nonzero().flatten().tolist():
                 reasons[rows[k]] = "stop"
+                self._keep(prompts[rows[k]], ids[rows[k]], cache, k, mask)
             if step + 1 == params.max_new_tokens or bool(stopped.all()):
+                for k in (~stopped).nonzero().flatten().tolist():
+                    self._keep(prompts[rows[k]], ids[rows[k]], cache, k, mask)
                 break
             if bool(stopped.any()):
                 keep = (~stopped).nonzero().flatten()
