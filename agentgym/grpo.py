@@ -72,7 +72,6 @@ def group_advantages(
     group_size: int,
     eps: float = 1e-8,
     *,
-    scale_by_std: bool = True,
     scale: Scale = "group",
 ) -> Tensor:
     """Group-relative advantage of each trajectory: (r - group mean) / (group std + eps).
@@ -83,7 +82,6 @@ def group_advantages(
             mean and std.
         group_size: G, the samples per prompt.
         eps: added to the std, as in the paper.
-        scale_by_std: False gives Dr. GRPO's r - group mean (as `scale="none"`).
         scale: What divides r - group mean: the group's std ("group", the paper),
             the std of the whole batch's rewards ("batch", as Hu et al. 2025,
             REINFORCE++, and TRL's `scale_rewards="batch"`), or nothing ("none", Dr. GRPO).
@@ -104,10 +102,10 @@ def group_advantages(
     adv = centered
     if scale not in get_args(Scale):
         raise ValueError(f"scale must be one of {get_args(Scale)}, got {scale!r}")
-    if scale_by_std and scale == "group":
+    if scale == "group":
         std = (centered.square().sum(dim=1, keepdim=True) / count).sqrt()
         adv = centered / (std + eps)
-    elif scale_by_std and scale == "batch":
+    elif scale == "batch":
         scored = groups[valid]
         std = (scored - scored.mean()).square().mean().sqrt() if scored.numel() else 0.0
         adv = centered / (std + eps)

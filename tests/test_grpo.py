@@ -72,7 +72,7 @@ def test_integer_rewards_are_accepted():
 def test_dr_grpo_advantages_skip_std():
     # [1, 0, 0, 1] - mean 0.5.
     close(
-        group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), 4, scale_by_std=False),
+        group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), 4, scale="none"),
         [0.5, -0.5, -0.5, 0.5],
     )
 
