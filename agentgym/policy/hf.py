@@ -81,8 +81,12 @@ class _ReservedLayer(DynamicLayer):
         self._keys[:, :, self.length : end] = key_states
         self._values[:, :, self.length : end] = value_states
         self.length = end
-        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        self._expose()
         return self.keys, self.values
+
+    def _expose(self) -> None:
+        """Points `keys` and `values` at the filled part of the buffers."""
+        self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> None:
         capacity = max(end, self.capacity if self._keys is None else 2 * self._keys.shape[-2])
@@ -101,10 +105,7 @@ class _ReservedLayer(DynamicLayer):
             raise ValueError("crop() takes the negative number of tokens to remove")
         self.length = max(0, self.length + tokens_to_remove)
         if self._keys is not None:
-            self.keys, self.values = (
-                self._keys[:, :, : self.length],
-                self._values[:, :, : self.length],
-            )
+            self._expose()
 
     def reset(self) -> None:
         self.length = 0
@@ -115,18 +116,12 @@ class _ReservedLayer(DynamicLayer):
         if self.length > 0:
             self._keys = self._keys.repeat_interleave(repeats, dim=0)
             self._values = self._values.repeat_interleave(repeats, dim=0)
-            self.keys, self.values = (
-                self._keys[:, :, : self.length],
-                self._values[:, :, : self.length],
-            )
+            self._expose()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.length > 0:
             self._keys, self._values = self._keys[indices], self._values[indices]
-            self.keys, self.values = (
-                self._keys[:, :, : self.length],
-                self._values[:, :, : self.length],
-            )
+            self._expose()
 
 
 class ReservedCache(DynamicCache):
@@ -311,7 +306,7 @@ class HFPolicy:
                     layer._keys[j, :, width - reused[j] : width] = keys_j
                     layer._values[j, :, width - reused[j] : width] = values_j
             layer.device, layer.is_initialized, layer.length = k0.device, True, width
-            layer.keys, layer.values = layer._keys[:, :, :width], layer._values[:, :, :width]
+            layer._expose()
             cache.layers.append(layer)
         ids, suffix_mask = _left_pad([p[r:] for p, r in zip(prompts, reused, strict=True)],
                                      self.pad_id, self.device)  # fmt: skip
