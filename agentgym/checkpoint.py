@@ -1,38 +1,167 @@
-"""Checkpoints: safetensors weights, the tokenizer and the config, written atomically."""
+"""Checkpoints: written whole or not at all, found by step, pruned to the last K.
+
+A checkpoint folder holds the weights (peft's adapter files for a LoRA run, the
+whole model otherwise), the tokenizer, `config.yaml`, `state.json` (the step
+and whatever the trainer needs to resume: counters, RNG states, the metric
+history) and, for a training checkpoint, `optimizer.pt` (optimizer and
+scheduler state, torch's RNG state). `COMPLETE` is written last.
+
+Writes go to a hidden staging folder beside the target; every file is flushed to
+disk, then the folder is renamed into place, so a process killed at any moment
+(`kill -9` included) leaves either the old checkpoint or the new one, never half
+of one. `checkpoint-best` is a symbolic link, swapped atomically, to the folder
+holding the best step (`checkpoint-best-000010`), for the same reason.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import torch
 import yaml
 
 from agentgym.config import Config
 
+COMPLETE = "COMPLETE"
+BEST = "checkpoint-best"
+_NUMBERED = re.compile(r"^checkpoint-(\d+)$")
+
 
 def save_checkpoint(
-    run_dir: Path, step: int, model, tokenizer, config: Config, name: str | None = None
+    run_dir: Path,
+    step: int,
+    model,
+    tokenizer,
+    config: Config,
+    name: str | None = None,
+    state: dict[str, Any] | None = None,
+    trainer: dict[str, Any] | None = None,
 ) -> Path:
-    """Writes `run_dir/checkpoint-{step}` (or `run_dir/{name}`); a crash midway leaves no
-    half-written checkpoint.
+    """Writes `run_dir/checkpoint-{step:06d}` (or `run_dir/{name}`) atomically; returns it.
 
-    The files go to a temporary folder beside the target, which is renamed into
-    place only once complete. A LoRA run saves its adapters (peft's
-    `adapter_model.safetensors`), a full run the whole model.
+    Args:
+        state: JSON-able resume state, merged into `state.json` beside the step.
+        trainer: Tensors and their containers (optimizer and scheduler state
+            dicts, RNG state), saved to `optimizer.pt` with `torch.save`.
     """
-    target = Path(run_dir) / (name or f"checkpoint-{step:06d}")
+    run_dir = Path(run_dir)
+    target = run_dir / (name or f"checkpoint-{step:06d}")
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=run_dir))
     try:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         (staging / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
-        (staging / "state.json").write_text(json.dumps({"step": step}))
+        (staging / "state.json").write_text(json.dumps({"step": step, **(state or {})}))
+        if trainer is not None:
+            torch.save(trainer, staging / "optimizer.pt")
+        (staging / COMPLETE).write_text(f"{step}\n")
+        _flush_tree(staging)
+        old = None
         if target.exists():
-            shutil.rmtree(target)
+            old = target.rename(run_dir / f".{target.name}.old")
         staging.rename(target)
+        _fsync(run_dir)
+        if old is not None:
+            shutil.rmtree(old)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def save_best(run_dir: Path, step: int, model, tokenizer, config: Config) -> Path:
+    """Writes `checkpoint-best-{step}` and points the `checkpoint-best` link at it.
+
+    The link is replaced with one rename, so `checkpoint-best` always resolves
+    to a complete checkpoint; the previous best folder goes after the swap.
+    """
+    run_dir = Path(run_dir)
+    folder = save_checkpoint(run_dir, step, model, tokenizer, config, f"{BEST}-{step:06d}")
+    link = run_dir / BEST
+    before = link.resolve() if link.is_symlink() else None
+    if link.exists() and not link.is_symlink():  # a run from before links: a plain folder
+        shutil.rmtree(link)
+    staging = run_dir / f".{BEST}.link"
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(folder.name)
+    os.replace(staging, link)
+    _fsync(run_dir)
+    if before is not None and before != folder.resolve() and before.parent == run_dir.resolve():
+        shutil.rmtree(before, ignore_errors=True)
+    return link
+
+
+def is_complete(folder: Path) -> bool:
+    """Whether `folder` is a checkpoint whose write finished."""
+    return (Path(folder) / COMPLETE).is_file()
+
+
+def numbered_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """The complete `checkpoint-NNNNNN` folders of a run, as (step, path), oldest first."""
+    found = []
+    for path in Path(run_dir).iterdir() if Path(run_dir).is_dir() else ():
+        match = _NUMBERED.match(path.name)
+        if match and is_complete(path):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete numbered checkpoint of a run, or None."""
+    found = numbered_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def prune(run_dir: Path, keep: int) -> None:
+    """Deletes all but the newest `keep` numbered checkpoints, and staging folders that a
+    killed write left behind (`checkpoint-best*` and `checkpoint-sft` are kept)."""
+    run_dir = Path(run_dir)
+    for _, path in numbered_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(path)
+    for path in run_dir.glob(".checkpoint-*"):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def read_state(folder: Path) -> dict[str, Any]:
+    """A checkpoint's `state.json`; a clear error when the folder is not a complete one."""
+    folder = Path(folder)
+    if not is_complete(folder):
+        raise FileNotFoundError(
+            f"{folder} is not a complete checkpoint (no {COMPLETE} file): its write did not "
+            "finish, or it is not a checkpoint folder"
+        )
+    return json.loads((folder / "state.json").read_text())
+
+
+def read_trainer(folder: Path) -> dict[str, Any]:
+    """A training checkpoint's `optimizer.pt` (optimizer, scheduler, torch RNG)."""
+    path = Path(folder) / "optimizer.pt"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{folder} holds no optimizer.pt: it is a model checkpoint (sft, best), not one "
+            "a training run can resume from; give a checkpoint-NNNNNN folder"
+        )
+    return torch.load(path, weights_only=True)
+
+
+def _flush_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    _fsync(folder)
+
+
+def _fsync(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

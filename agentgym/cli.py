@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub, "train", "GRPO-train a policy on an environment.", "run.steps")
+    sub.choices["train"].add_argument(
+        "--resume",
+        metavar="DIR|auto",
+        help="go on from a checkpoint folder, or a run folder's newest complete checkpoint; "
+        "'auto': run.output's newest, or a fresh start when it has none",
+    )
     _run_parser(sub, "sft", "Supervised warm-up on the environment's demonstrations.", "sft.steps")
     ev = sub.add_parser("eval", help="Evaluate a model on an environment's held-out tasks.")
     ev.add_argument("--env", help="math, a registered id, or module:Env-v0 (run.env)")
@@ -76,27 +82,63 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from agentgym.core import resolve_env_id
+    from agentgym.preflight import check
+    from agentgym.runlog import truncate_logs
     from agentgym.train import train
 
-    config = config_from_args(args)
-    resolve_env_id(config.run.env)  # fail before loading a model
+    checkpoint = None
+    if args.resume is not None:
+        config, checkpoint = _resumed_config(args)
+    else:
+        config = config_from_args(args)
+    check(config, "train")  # every problem, before a model loads
     output = config.run.output
-    if output is not None and (output / "metrics.jsonl").exists():
+    if args.resume == "auto" and checkpoint is None:
+        truncate_logs(output, 0)  # a run killed before its first checkpoint starts afresh
+    elif checkpoint is None and output is not None and (output / "metrics.jsonl").exists():
         raise ConfigError(
-            f"run.output {str(output)!r} already holds a run (metrics.jsonl); choose a new --output"
+            f"run.output {str(output)!r} already holds a run (metrics.jsonl); choose a new "
+            "--output, or go on from its last checkpoint with --resume auto"
         )
-    run_dir = train(config)
+    run_dir = train(config, resume=checkpoint)
     print(f"run written to {run_dir}")
     return 0
 
 
+def _resumed_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
+    """The config and checkpoint of `train --resume`: the checkpoint's own config, then
+    --set and the flags (--steps to go on further). With `auto` and no checkpoint yet,
+    the config from the arguments and None (a fresh start)."""
+    from agentgym.checkpoint import is_complete, latest_checkpoint
+
+    if args.resume == "auto":
+        config = config_from_args(args)
+        checkpoint = latest_checkpoint(config.run.output)
+        if checkpoint is None:
+            return config, None
+    else:
+        if args.config is not None:
+            raise ConfigError("--resume DIR takes the config the checkpoint holds; change a "
+                              "field with --set section.field=value, not --config")  # fmt: skip
+        path = Path(args.resume)
+        checkpoint = path if is_complete(path) else latest_checkpoint(path)
+        if checkpoint is None:
+            raise ConfigError(
+                f"--resume {str(path)!r}: not a complete checkpoint (no COMPLETE file) and no "
+                "folder holding one; give a checkpoint-NNNNNN folder or its run folder"
+            )
+    args.config = checkpoint / "config.yaml"
+    args.output = checkpoint.parent
+    config = config_from_args(args)
+    return config, checkpoint
+
+
 def cmd_sft(args: argparse.Namespace) -> int:
-    from agentgym.core import resolve_env_id
+    from agentgym.preflight import check
     from agentgym.sft import sft
 
     config = config_from_args(args)
-    resolve_env_id(config.run.env)  # fail before loading a model
+    check(config, "sft")  # every problem, before a model loads
     if (config.run.output / "metrics.jsonl").exists():
         raise ConfigError(f"run.output {str(config.run.output)!r} already holds a run")
     out = sft(config)
@@ -105,15 +147,14 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentgym.core import resolve_env_id
     from agentgym.heldout import run_eval
+    from agentgym.preflight import check
 
     overrides: dict[str, Any] = dict(parse_override(item) for item in args.overrides)
     flags = {"run.env": args.env, "model.name": args.model, "eval.split": args.split,
              "eval.tasks": args.tasks}  # fmt: skip
     overrides.update({k: v for k, v in flags.items() if v is not None})
     config = load_config(args.config, overrides)
-    resolve_env_id(config.run.env)  # fail before loading a model
     k = args.k if args.k is not None else max(args.n, 1)
     if args.n < 0 or (args.n and not 1 <= k <= args.n) or (not args.n and args.k):
         raise ConfigError(f"--n {args.n} --k {args.k}: need n >= 0 and 1 <= k <= n (k needs n)")
@@ -123,6 +164,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         output = Path("runs") / f"eval-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (output / "report.json").exists():
         raise ConfigError(f"--output {str(output)!r} already holds a report; choose a new one")
+    check(config, "eval", output=output, baseline=args.baseline)  # before a model loads
     run_eval(config, n=args.n, k=k, baseline=args.baseline, output=output)
     print(f"report written to {output}")
     return 0
@@ -170,6 +212,7 @@ def _first_doc_line(module: str, cls_name: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `agentgym` command; returns the exit code."""
     from agentgym.core import UnknownEnvError
+    from agentgym.interrupt import TrainingError
     from agentgym.policy.models import ModelNotFoundError
 
     args = build_parser().parse_args(argv)
@@ -185,6 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, UnknownEnvError, ModelNotFoundError) as err:
         print(f"agentgym {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except TrainingError as err:
+        print(f"agentgym {args.command}: stopped: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"agentgym {args.command}: interrupted; every checkpoint written is complete",
+              file=sys.stderr)  # fmt: skip
+        return 130
 
 
 if __name__ == "__main__":

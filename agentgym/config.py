@@ -105,6 +105,12 @@ class OptimConfig(_Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     micro_batch_size: int = Field(4, ge=1, description="Trajectories per forward/backward pass.")
+    lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
+        "constant",
+        description="Learning-rate schedule after warm-up: constant, or decay to 0 "
+        "at run.steps, linearly or along a half cosine.",
+    )
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear learning-rate warm-up from 0.")
 
 
 class LoraConfig(_Section):
@@ -168,10 +174,58 @@ class RunConfig(_Section):
     save_every: int = Field(
         50, ge=1, description="Write a checkpoint every N steps (and at the end)."
     )
+    keep_last: int = Field(
+        3,
+        ge=1,
+        description="Numbered checkpoints kept (the newest); checkpoint-best and "
+        "checkpoint-sft are kept besides.",
+    )
+    max_skipped_steps: int = Field(
+        3,
+        ge=1,
+        description="Consecutive steps whose loss or gradient is not finite (their "
+        "update skipped) before the run stops with an error.",
+    )
     log_completions: int = Field(4, ge=0, description="Completions written per step.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
     stop_on_health: bool = Field(
         False, description="Stop (with a checkpoint) when a health warning fires (agentgym.health)."
+    )
+
+
+class RewardFunctionConfig(_Section):
+    fn: str = Field(
+        description="The function, as 'package.module:function' (importable where the run "
+        "starts); see agentgym.reward_fns for the arguments it is called with."
+    )
+    weight: float = Field(
+        1.0,
+        allow_inf_nan=False,
+        description="Multiplies the function's value before it is added to the episode's reward.",
+    )
+
+    @field_validator("fn")
+    @classmethod
+    def _module_colon_function(cls, fn: str) -> str:
+        module, sep, name = fn.partition(":")
+        if not (sep and name.isidentifier() and all(p.isidentifier() for p in module.split("."))):
+            raise ValueError(
+                f"{fn!r} is not 'package.module:function'; e.g. 'my_rewards:length_bonus'"
+            )
+        return fn
+
+
+class RewardsConfig(_Section):
+    functions: list[RewardFunctionConfig] = Field(
+        default_factory=list,
+        description="Reward functions called on every finished episode, in a worker process; "
+        "their weighted values add to the environment's reward.",
+    )
+    timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds one function may take on one episode; past them the worker is "
+        "killed and the episode is unscorable (advantage 0).",
     )
 
 
@@ -185,6 +239,7 @@ class Config(_Section):
     lora: LoraConfig = Field(default_factory=LoraConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     run: RunConfig = Field(default_factory=RunConfig)
 
 

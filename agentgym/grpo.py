@@ -11,10 +11,11 @@ option (the config's `grpo` section names them as TRL does):
   from; TRL uses the unbiased one (divide by G - 1). "batch" divides by the
   std of the whole batch's rewards instead (REINFORCE++, Hu et al. 2025,
   arXiv:2501.03262; TRL's `scale_rewards="batch"`), "none" not at all (Dr.
-  GRPO, Liu et al. 2025, arXiv:2503.20783). Departures: a reward of NaN
-  (unscorable) gets advantage 0 and is left out of its group's statistics,
-  and a group whose rewards are all equal gets 0 everywhere instead of
-  rounding noise divided by eps.
+  GRPO, Liu et al. 2025, arXiv:2503.20783). Departures: an unscorable
+  sample (`scorable` False, or a reward of NaN: a reward function or the
+  environment failed on it) gets advantage 0 and is left out of its group's
+  statistics and of the batch std, and a group whose rewards are all equal
+  gets 0 everywhere instead of rounding noise divided by eps.
 - The loss "grpo" is the paper's: the PPO clipped surrogate plus beta times
   the per-token k3 KL estimate to the reference policy (Schulman 2020,
   "Approximating KL Divergence", http://joschu.net/blog/kl-approx.html; the
@@ -73,6 +74,7 @@ def group_advantages(
     eps: float = 1e-8,
     *,
     scale: Scale = "group",
+    scorable: Tensor | None = None,
 ) -> Tensor:
     """Group-relative advantage of each trajectory: (r - group mean) / (group std + eps).
 
@@ -85,6 +87,8 @@ def group_advantages(
         scale: What divides r - group mean: the group's std ("group", the paper),
             the std of the whole batch's rewards ("batch", as Hu et al. 2025,
             REINFORCE++, and TRL's `scale_rewards="batch"`), or nothing ("none", Dr. GRPO).
+        scorable: [N] bool, False on unscorable samples, which are treated as NaN
+            rewards are (left out of every statistic, the batch std too); None: all are.
 
     Returns:
         [N] advantages (float). The std is the population std (divide by the number
@@ -92,9 +96,10 @@ def group_advantages(
         all equal (or that has fewer than two) gets 0 throughout.
 
     Raises:
-        ValueError: if `rewards` is not [N] or N is not a multiple of G.
+        ValueError: if `rewards` is not [N], N is not a multiple of G, or `scorable`
+            is given and not [N].
     """
-    groups, valid = _grouped(rewards, group_size)
+    groups, valid = _grouped(rewards, group_size, scorable)
     count = valid.sum(dim=1, keepdim=True).clamp(min=1)
     filled = torch.where(valid, groups, 0.0)
     mean = filled.sum(dim=1, keepdim=True) / count
@@ -113,18 +118,23 @@ def group_advantages(
     return torch.where(valid & ~flat, adv, 0.0).reshape(-1)
 
 
-def zero_variance_fraction(rewards: Tensor, group_size: int) -> float:
+def zero_variance_fraction(
+    rewards: Tensor, group_size: int, *, scorable: Tensor | None = None
+) -> float:
     """Fraction of groups that give no learning signal: their scored rewards all equal.
 
-    `rewards` is [N], groups of `group_size` contiguous; NaN entries are ignored, and a
-    group with fewer than two scored rewards counts as zero-variance.
+    `rewards` is [N], groups of `group_size` contiguous; NaN entries and those where
+    `scorable` [N] is False are ignored, and a group with fewer than two scored rewards
+    counts as zero-variance.
     """
-    groups, valid = _grouped(rewards, group_size)
+    groups, valid = _grouped(rewards, group_size, scorable)
     return _all_equal(groups, valid).float().mean().item()
 
 
-def _grouped(rewards: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
-    """Rewards as [N/G, G] floats and the mask of the non-NaN ones."""
+def _grouped(
+    rewards: Tensor, group_size: int, scorable: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Rewards as [N/G, G] floats and the mask of the scorable, non-NaN ones."""
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
     if group_size < 1 or rewards.numel() % group_size != 0:
@@ -133,7 +143,14 @@ def _grouped(rewards: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
             "N must be a positive multiple of group_size"
         )
     groups = (rewards if rewards.is_floating_point() else rewards.float()).view(-1, group_size)
-    return groups, ~torch.isnan(groups)
+    valid = ~torch.isnan(groups)
+    if scorable is not None:
+        if scorable.shape != rewards.shape:
+            raise ValueError(
+                f"scorable must be [N={rewards.numel()}] like rewards, got {tuple(scorable.shape)}"
+            )
+        valid = valid & scorable.to(torch.bool).view(-1, group_size)
+    return groups, valid
 
 
 def _all_equal(groups: Tensor, valid: Tensor) -> Tensor:

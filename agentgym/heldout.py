@@ -95,6 +95,12 @@ class TaskResult:
     samples: list[EpisodeScore] = field(default_factory=list)
 
 
+def task_result(data: dict[str, Any]) -> TaskResult:
+    """A TaskResult from its `dataclasses.asdict` form (as a checkpoint stores it)."""
+    return TaskResult(data["task_id"], data["expected"], EpisodeScore(**data["greedy"]),
+                      [EpisodeScore(**s) for s in data["samples"]])  # fmt: skip
+
+
 def held_out_ids(env_id: str, env_kwargs: dict[str, Any], count: int, *, start: int = 0,
                  split: str = "test") -> list[str]:  # fmt: skip
     """Task ids `start .. start + count` of `split` (all there are, when fewer).

@@ -2,15 +2,18 @@
 
 The learner recomputes the policy's logprobs of the batch's tokens (logits
 divided by the sampling temperature, as the sampler drew them), takes the
-loss from `agentgym.grpo`'s registry, and steps AdamW. The KL reference is a
-frozen copy of the initial weights, or, with LoRA, the same model with its
-adapters switched off (no second copy); with beta = 0 there is none.
+loss from `agentgym.grpo`'s registry, and steps AdamW under the learning-rate
+schedule. A step whose loss or gradient norm is not finite changes nothing: its
+update is skipped and reported (`skipped`). The KL reference is a frozen copy of
+the initial weights, or, with LoRA, the same model with its adapters switched
+off (no second copy); with beta = 0 there is none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -198,15 +201,33 @@ def _wrap_lora(model: PreTrainedModel, config: Config) -> PreTrainedModel:
     return get_peft_model(model, peft_config)
 
 
+def lr_factor(config: Config, done: int) -> float:
+    """The learning rate's multiplier after `done` optimizer steps: linear warm-up from 0
+    over `optim.warmup_steps`, then constant, or a linear or half-cosine decay to 0 at
+    the run's last optimizer step (the schedules of transformers' Trainer)."""
+    warmup, total = config.optim.warmup_steps, config.run.steps * config.grpo.num_iterations
+    if done < warmup:
+        return done / warmup
+    if config.optim.lr_scheduler == "constant":
+        return 1.0
+    progress = min(1.0, (done - warmup) / max(1, total - warmup))
+    if config.optim.lr_scheduler == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 class Learner:
-    """Holds the trained model, its optimizer and the KL reference.
+    """Holds the trained model, its optimizer and schedule, and the KL reference.
 
     Args:
         model: The policy model; wrapped with LoRA adapters when config.lora.enabled.
-        config: The run's config (grpo, optim, lora, sampling and model sections).
+        config: The run's config (grpo, optim, lora, sampling, model and run sections).
+        reference: The KL reference of a full fine-tune, when it is not `model` as
+            given (a resumed run passes the model it started from); LoRA runs ignore it.
     """
 
-    def __init__(self, model: PreTrainedModel, config: Config):
+    def __init__(self, model: PreTrainedModel, config: Config,
+                 reference: PreTrainedModel | None = None):  # fmt: skip
         self.config = config
         self.model = _wrap_lora(model, config) if config.lora.enabled else model
         self.model.train()
@@ -214,11 +235,15 @@ class Learner:
         self.beta = config.grpo.beta
         needs_reference = max(config.grpo.beta, config.grpo.beta_start or 0.0) > 0
         if needs_reference and not config.lora.enabled:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            frozen = reference if reference is not None else copy.deepcopy(model)
+            self.reference = frozen.eval().requires_grad_(False)
         self.loss_fn = grpo.get_policy_loss(config.grpo.loss)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda done: lr_factor(config, done)
         )
         self.autocast = self._autocast_dtype()
 
@@ -275,11 +300,27 @@ class Learner:
             self.beta = beta
         self.optimizer.zero_grad(set_to_none=True)
         totals = self.accumulate(batch)
-        grad_norm = torch.nn.utils.clip_grad_norm_(
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.requires_grad], self.config.optim.max_grad_norm
-        )
-        self.optimizer.step()
-        return {**totals, "grad_norm": float(grad_norm)}
+        ))  # fmt: skip
+        finite = math.isfinite(grad_norm) and all(math.isfinite(v) for v in totals.values())
+        if finite:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.scheduler.step()  # the schedule follows steps taken, skipped or not
+        return {**totals, "grad_norm": grad_norm, "lr": lr, "skipped": float(not finite)}
+
+    def state_dict(self) -> dict:
+        """The optimizer's and the schedule's state, and the KL coefficient, for a checkpoint."""
+        return {"optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "beta": self.beta}  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores what `state_dict` returned (a resumed run)."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.beta = state["beta"]
 
     def accumulate(self, batch: Batch) -> dict[str, float]:
         """Adds the gradient of the whole batch's loss, micro-batch by micro-batch.

@@ -9,6 +9,8 @@ sampled, and only environment text is tokenized, as a chat-template suffix.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ class _Episode:
     env: gym.Env
     task_id: str
     group: int
+    member: int
     messages: list[dict[str, str]]
     tokens: list[int]
     prompt_length: int
@@ -57,6 +60,7 @@ class _Episode:
     finish_reason: str = "stop"
     truncated: bool = False
     done: bool = False
+    error: str | None = None
 
 
 _SENTINEL = "\u2063agentgym-end-of-content\u2063"
@@ -100,13 +104,23 @@ def continuation_ids(
     return tokenizer.encode(glue + after[len(before) :], add_special_tokens=False)
 
 
-def _start(env: gym.Env, spec: TaskSpec, group: int, tokenizer) -> _Episode:
+def stream(seed: int, ep: _Episode) -> int:
+    """The random stream of this episode's next turn: a hash of (seed, task id, member,
+    turn). Two policies playing the same held-out task with the same seed draw the same
+    uniforms, turn by turn, whatever else is in their batches: their samples are coupled,
+    so the per-task difference between them carries far less sampling noise."""
+    name = f"{seed}/{ep.task_id}/{ep.member}/{len(ep.turns)}".encode()
+    return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "little")
+
+
+def _start(env: gym.Env, spec: TaskSpec, group: int, member: int, tokenizer) -> _Episode:
     obs, info = env.reset(**spec.reset_kwargs())
     prompt = tokenizer.encode(render(tokenizer, obs, True), add_special_tokens=False)
     return _Episode(
         env=env,
         task_id=info["task_id"],
         group=group,
+        member=member,
         messages=list(obs),
         tokens=list(prompt),
         prompt_length=len(prompt),
@@ -124,7 +138,13 @@ def _advance(ep: _Episode, ids, logprobs, finish_reason: str, tokenizer) -> None
     ep.logprobs.extend(logprobs)
     ep.finish_reason = finish_reason
     text = tokenizer.decode(ids, skip_special_tokens=True)
-    obs, reward, terminated, truncated, info = ep.env.step(Completion(text, finish_reason))
+    try:
+        obs, reward, terminated, truncated, info = ep.env.step(Completion(text, finish_reason))
+    except Exception as err:  # a bug in the environment ends this episode, not the run
+        ep.turns.append(Turn(text, (), 0.0, {}))
+        ep.error = f"{type(err).__name__}: {err}"
+        ep.done = ep.truncated = True
+        return
     parts = {k: float(v) for k, v in info.get("reward_parts", {}).items()}
     ep.turns.append(Turn(text, tuple(Message.from_dict(m) for m in obs), float(reward), parts))
     ep.reward += float(reward)
@@ -161,6 +181,9 @@ def collect(
 ) -> list[Trajectory]:
     """Plays `group_size` episodes of each task spec; returns trajectories grouped by task.
 
+    An exception raised by an environment's `step` ends that episode only: it is
+    truncated, unscorable, and `Trajectory.error` names the exception.
+
     Args:
         envs: At least len(specs) * group_size environments, reset here.
         specs: One TaskSpec per group; the group's G episodes reset identically.
@@ -170,14 +193,15 @@ def collect(
     if len(envs) < needed:
         raise ValueError(f"collect() needs {needed} environments, got {len(envs)}")
     episodes = [
-        _start(envs[g * group_size + k], spec, g, tokenizer)
+        _start(envs[g * group_size + k], spec, g, k, tokenizer)
         for g, spec in enumerate(specs)
         for k in range(group_size)
     ]
     reusing = getattr(policy, "reusing_cache", contextlib.nullcontext)
     with reusing():  # a policy that can continues each episode's next turn from its cache
         while live := [ep for ep in episodes if not ep.done]:
-            gens = policy.generate([ep.tokens for ep in live], params)
+            streams = None if params.seed is None else [stream(params.seed, ep) for ep in live]
+            gens = policy.generate([ep.tokens for ep in live], params, streams)
             for ep, gen in zip(live, gens, strict=True):
                 _advance(ep, gen.ids, gen.logprobs, gen.finish_reason, tokenizer)
                 if not ep.done and max_tokens is not None and len(ep.tokens) >= max_tokens:
@@ -201,4 +225,6 @@ def _finish(ep: _Episode) -> Trajectory:
         prompt_messages=ep.opening,
         turn_spans=tuple(ep.spans),
         counts=dict(ep.counts),
+        error=ep.error,
+        reward_error=None if math.isfinite(ep.reward) else f"environment reward is {ep.reward}",
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -18,8 +18,10 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     `format_accuracy` is the share whose "format" reward part is positive;
     `correctness_rate` the share whose "correctness" part reached 1.0 (a
     fully correct answer). Both are NaN when the environment reports no such part.
+    The reward figures are over scorable episodes only (NaN when there are none).
     """
-    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
+    scored = [t.reward for t in trajectories if t.scorable]
+    rewards = torch.tensor(scored or [math.nan], dtype=torch.float64)
     lengths = torch.tensor([t.completion_length for t in trajectories], dtype=torch.float64)
 
     def share(part: str, ok) -> float:
@@ -37,6 +39,27 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "avg_completion_length": float(lengths.mean()),
         "truncated_fraction": sum(t.truncated for t in trajectories) / len(trajectories),
     }
+
+
+def failure_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float | str]:
+    """Counts of the step's failed episodes, and the first one's message of each kind.
+
+    "reward/failed": episodes whose reward is not a verified outcome (a reward
+    function failed, or the environment's reward is not finite); "env/errors":
+    episodes that `env.step` ended by raising. The "first_error" keys are
+    present only when their count is not 0.
+    """
+    reward = [t.reward_error for t in trajectories if t.reward_error is not None]
+    env = [t.error for t in trajectories if t.error is not None]
+    out: dict[str, float | str] = {
+        "reward/failed": float(len(reward)),
+        "env/errors": float(len(env)),
+    }
+    if reward:
+        out["reward/first_error"] = reward[0]
+    if env:
+        out["env/first_error"] = env[0]
+    return out
 
 
 def tool_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -65,19 +88,27 @@ class RunLog:
     Args:
         directory: The run directory (created if missing).
         tensorboard: Also write TensorBoard event files under `directory/tb`.
+        purge_step: A resumed run's first step: TensorBoard drops what an earlier
+            process logged from there on (see `truncate_logs` for the JSON lines).
     """
 
-    def __init__(self, directory: Path, tensorboard: bool = True):
+    def __init__(self, directory: Path, tensorboard: bool = True, purge_step: int | None = None):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(self.directory / "tb"))
+            self.writer = SummaryWriter(str(self.directory / "tb"), purge_step=purge_step)
 
-    def metrics(self, step: int, values: dict[str, float], health: Sequence[str] = ()) -> None:
-        """Appends one line to metrics.jsonl (and TensorBoard); `health` lists warning kinds."""
+    def metrics(
+        self, step: int, values: Mapping[str, float | str], health: Sequence[str] = ()
+    ) -> None:
+        """Appends one line to metrics.jsonl (and TensorBoard); `health` lists warning kinds.
+
+        Strings (such as a first error's message) go to metrics.jsonl as they are;
+        TensorBoard gets the finite numbers only.
+        """
         record = {"step": step, **{k: _finite(v) for k, v in values.items()}}
         if health:
             record["health"] = list(health)
@@ -85,7 +116,7 @@ class RunLog:
             f.write(json.dumps(record) + "\n")
         if self.writer is not None:
             for key, value in values.items():
-                if math.isfinite(value):
+                if not isinstance(value, str) and math.isfinite(value):
                     self.writer.add_scalar(key, value, step)
             self.writer.flush()
 
@@ -105,10 +136,13 @@ class RunLog:
                         }
                         for turn in t.turns
                     ],
-                    "reward": t.reward,
+                    "reward": _finite(t.reward),
                     "reward_parts": dict(t.reward_parts),
                     "finish_reason": t.finish_reason,
                 }
+                for key in ("error", "reward_error"):
+                    if getattr(t, key) is not None:
+                        record[key] = getattr(t, key)
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def close(self) -> None:
@@ -116,5 +150,28 @@ class RunLog:
             self.writer.close()
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def truncate_logs(directory: Path, step: int) -> None:
+    """Drops the records of steps after `step` from metrics.jsonl and completions.jsonl:
+    a run resumed from step `step` logs those steps again. Each file is replaced whole."""
+    for name in ("metrics.jsonl", "completions.jsonl"):
+        path = Path(directory) / name
+        if not path.is_file():
+            continue
+        kept = [line for line in path.read_text().splitlines(keepends=True)
+                if _step_of(line) is not None and _step_of(line) <= step]  # fmt: skip
+        staging = path.with_name(f".{name}.tmp")
+        staging.write_text("".join(kept))
+        staging.replace(path)
+
+
+def _step_of(line: str) -> int | None:
+    """A JSON line's step; None for a line a killed process left torn."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _finite(value: float | str) -> float | str | None:
+    """The value for JSON: a string as it is, a non-finite number as null."""
+    return value if isinstance(value, str) or math.isfinite(value) else None

@@ -33,7 +33,8 @@ class ScriptPolicy:
     def __init__(self, tokenizer, turns: list[str]):
         self.tokenizer, self.turns, self.next = tokenizer, turns, 0
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, streams=None
+                 ) -> list[Generation]:  # fmt: skip
         if len(prompts) != 1 or self.next >= len(self.turns):
             raise RuntimeError("a demonstration ran past its scripted turns")
         ids = self.tokenizer.encode(self.turns[self.next], add_special_tokens=False)

@@ -6,17 +6,29 @@ checkpoint.py); this file only strings them together, one step at a time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import random
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 
 from agentgym import grpo
-from agentgym.checkpoint import save_checkpoint
+from agentgym.checkpoint import (
+    BEST,
+    latest_checkpoint,
+    prune,
+    read_state,
+    read_trainer,
+    save_best,
+    save_checkpoint,
+)
 from agentgym.config import Config
 from agentgym.console import Stages, print_report
 from agentgym.core import make_env
@@ -28,15 +40,18 @@ from agentgym.heldout import (
     build_report,
     held_out_ids,
     summarize,
+    task_result,
     write_report,
 )
+from agentgym.interrupt import StopRequest, TrainingError
 from agentgym.learner import Learner
 from agentgym.plots import training_curves
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+from agentgym.reward_fns import RewardFunctions
 from agentgym.rollout import TaskSpec, collect
-from agentgym.runlog import RunLog, rollout_metrics
+from agentgym.runlog import RunLog, failure_metrics, rollout_metrics, truncate_logs
 from agentgym.sft import warm_up
 from agentgym.types import Batch, Trajectory
 
@@ -72,10 +87,14 @@ def train_step(
     learner: Learner,
     tokenizer,
     beta: float | None = None,
-) -> tuple[list[Trajectory], dict[str, float]]:
+    reward_fns: RewardFunctions | None = None,
+) -> tuple[list[Trajectory], dict[str, float | str]]:
     """One GRPO step: rollout, advantages, learner update, weight sync. Returns its metrics.
 
     `beta` is this step's KL coefficient (the beta schedule); None keeps the learner's.
+    `reward_fns` (the `rewards` section's functions) add to each episode's reward.
+    Unscorable episodes (an environment error, a failed reward function) get
+    advantage 0 and stay out of the reward figures and the group statistics.
     """
     g = config.grpo
     start = time.perf_counter()
@@ -85,19 +104,25 @@ def train_step(
             envs, specs, g.group_size, policy, tokenizer, sampling_params(config, rng),
             max_tokens=config.sampling.max_episode_tokens,
         )  # fmt: skip
+    if reward_fns is not None:
+        trajectories = reward_fns.score(trajectories)
     rollout_seconds = time.perf_counter() - start
-    rewards = torch.tensor([t.reward for t in trajectories])
+    scorable = torch.tensor([t.scorable for t in trajectories])
+    # NaN as well as the mask, so that learner_steps' flat-group test leaves them out too
+    rewards = torch.tensor([t.reward if t.scorable else math.nan for t in trajectories])
     if g.length_penalty:
         lengths = torch.tensor([float(t.completion_length) for t in trajectories])
         rewards = rewards - g.length_penalty * lengths
-    advantages = grpo.group_advantages(rewards, g.group_size, scale=g.scale_rewards)
+    advantages = grpo.group_advantages(rewards, g.group_size, scale=g.scale_rewards,
+                                       scorable=scorable)  # fmt: skip
     stats = learner_steps(config, learner, trajectories, rewards, advantages, tokenizer, beta)
     if policy.model is not learner.model:
         policy.load_weights(learner.named_weights())
     seconds = time.perf_counter() - start
     trained_tokens = sum(sum(t.loss_mask) for t in trajectories)
-    metrics = {
+    metrics: dict[str, float | str] = {
         **rollout_metrics(trajectories),
+        **failure_metrics(trajectories),
         **stats,
         "beta": learner.beta,
         "zero_variance_groups": grpo.zero_variance_fraction(rewards, g.group_size),
@@ -106,7 +131,7 @@ def train_step(
         "tokens_per_second": trained_tokens / seconds,
     }
     if g.length_penalty:
-        metrics["reward/penalised_mean"] = float(rewards.mean())
+        metrics["reward/penalised_mean"] = float(rewards.nanmean())
     return trajectories, metrics
 
 
@@ -162,11 +187,18 @@ def _evaluate(held_out: HeldOut, policy: HFPolicy, stages: Stages, name: str, se
     return results
 
 
-def _trainable_state(model) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+@dataclass
+class Progress:
+    """Where the GRPO loop stands: what a checkpoint must hold to resume it exactly."""
+
+    step: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_step: int | None = None
+    skipped_steps: int = 0
+    consecutive_skips: int = 0
 
 
-def train(config: Config) -> Path:
+def train(config: Config, resume: Path | None = None) -> Path:
     """Runs the configured pipeline; returns the run directory.
 
     Stages, each optional but GRPO: held-out evaluation of the starting model,
@@ -174,14 +206,25 @@ def train(config: Config) -> Path:
     with a held-out evaluation every `eval.every` steps (keeping
     `checkpoint-best`), then the best checkpoint's evaluation and the closing
     table (`eval.report_tasks`), and `curves.png`.
+
+    `resume` is a checkpoint folder written by an earlier run of this config:
+    the run goes on from its step exactly as if it had never stopped. SIGTERM or
+    SIGINT stops the run after the current step with a checkpoint (a second
+    SIGINT stops at once).
     """
     run, g, ev = config.run, config.grpo, config.eval
     out = Path(run.output)
+    state = read_state(resume) if resume is not None else None
+    reward_fns = RewardFunctions(config.rewards)  # a function that cannot load fails here
     seed_everything(run.seed)
-    model, tokenizer = load_model_and_tokenizer(config.model.name)
+    start_model = state["start_model"] if state else config.model.name
+    model, tokenizer = load_model_and_tokenizer(start_model)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = model.to(device)
-    log = RunLog(out, tensorboard=run.tensorboard)
+    if state is not None:
+        truncate_logs(out, state["step"])
+    log = RunLog(out, tensorboard=run.tensorboard,
+                 purge_step=state["step"] + 1 if state else None)  # fmt: skip
     envs = [make_env(run.env, **run.env_kwargs) for _ in range(g.tasks_per_step * g.group_size)]
     # The selection tasks pick checkpoint-best; the report's are disjoint from them.
     selection = _held_out(config, tokenizer, ev.tasks, 0) if ev.every else None
@@ -191,45 +234,41 @@ def train(config: Config) -> Path:
         start_set = report_set
         if ev.start_n is not None and ev.start_n != ev.n:
             start_set = _held_out(config, tokenizer, ev.report_tasks, ev.tasks, n=ev.start_n)
-    results: dict[str, list[TaskResult]] = {}
-    history: list[dict[str, float]] = []
+    results = {k: [task_result(r) for r in v] for k, v in (state or {}).get("evals", {}).items()}
     try:
-        with Stages() as stages:
-            if start_set is not None:
-                results["start"] = _evaluate(start_set, HFPolicy(model, tokenizer), stages,
-                                             "eval start", run.seed)  # fmt: skip
-            if config.sft.warmup:
-                task = stages.stage("sft", config.sft.steps)
-                model, records = warm_up(model, tokenizer, config,
-                                         advance=lambda: stages.advance(task))  # fmt: skip
-                with open(out / "sft_metrics.jsonl", "w") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in records)
-                stages.note(task, f"loss {records[-1]['sft/loss']:.3f}", done=True)
-                save_checkpoint(out, config.sft.steps, model, tokenizer, config,
-                                name="checkpoint-sft")  # fmt: skip
-                if report_set is not None:
-                    results["sft"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
-                                               "eval sft", run.seed)  # fmt: skip
-            learner = Learner(model, config)
+        with Stages() as stages, StopRequest(stages.print) as stop:
+            if state is None:
+                model, start_model = _before_grpo(config, model, tokenizer, stages, results,
+                                                  start_set, report_set, stop)  # fmt: skip
+                if model is None:
+                    stages.print(f"stopped on {stop.requested} before training began: nothing "
+                                 "to resume; run the command again")  # fmt: skip
+                    return out
+            elif report_set is not None and config.sft.warmup and "sft" not in results:
+                # stopped after SFT, before its evaluation: evaluate the SFT model now
+                results["sft"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
+                                           "eval sft", run.seed)  # fmt: skip
+            learner = _learner(config, model, start_model, resume)
             policy = HFPolicy(learner.model, tokenizer)
-            best = _grpo(config, learner, policy, tokenizer, envs, selection, log, stages, history)
-            if history:
-                training_curves(history, out / "curves.png")
+            rng = np.random.default_rng(run.seed)
+            progress = Progress()
+            if state is not None:
+                progress = _restore(state, resume, learner, rng)
+                policy.load_weights(learner.named_weights())
+            run_state = RunState(config, learner, tokenizer, rng, progress, results, start_model)
+            if stop.requested and state is None:  # SFT done, GRPO not begun: step 0
+                _say_stopped(stages, stop, 0, run_state.save(0))
+                return out
+            finished = _grpo(run_state, policy, envs, selection, log, stages, stop, reward_fns)
+            if not finished:
+                return out
+            if progress.history:
+                training_curves(progress.history, out / "curves.png")
             if report_set is not None:
-                name = "grpo"
-                if best is not None:
-                    policy.load_weights(best[1].items())
-                    name = f"best@{best[0]}"
-                results[name] = _evaluate(report_set, policy, stages, "eval best", run.seed)
-                pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
-                if len(results) == 3:
-                    pairs.append((name, "start"))
-                report = build_report(results, k=max(ev.n, 1), comparisons=pairs,
-                                      meta=_meta(config))  # fmt: skip
-                write_report(out / "report", report)
-                print_report(report, stages.bar.console)
+                _closing_report(run_state, policy, report_set, stages)
     finally:
         log.close()
+        reward_fns.close()
         for env in envs:
             env.close()
         for held in (report_set, start_set, selection):
@@ -238,45 +277,206 @@ def train(config: Config) -> Path:
     return out
 
 
-def _grpo(config, learner, policy, tokenizer, envs, selection, log, stages, history):
-    """The GRPO steps; returns (best step, its trainable weights), or None without evaluations."""
+def _before_grpo(config, model, tokenizer, stages, results, start_set, report_set, stop):
+    """The start model's evaluation and the SFT warm-up with its evaluation; returns the
+    model GRPO starts from and its name (a folder, once SFT wrote one)."""
+    run, out = config.run, Path(config.run.output)
+    start_model = config.model.name
+    if start_set is not None:
+        results["start"] = _evaluate(start_set, HFPolicy(model, tokenizer), stages,
+                                     "eval start", run.seed)  # fmt: skip
+    if stop.requested:
+        return None, start_model
+    if config.sft.warmup:
+        task = stages.stage("sft", config.sft.steps)
+        model, records = warm_up(model, tokenizer, config, advance=lambda: stages.advance(task))
+        with open(out / "sft_metrics.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        stages.note(task, f"loss {records[-1]['sft/loss']:.3f}", done=True)
+        folder = save_checkpoint(out, config.sft.steps, model, tokenizer, config,
+                                 name="checkpoint-sft")  # fmt: skip
+        # GRPO's checkpoints name this folder as their base model: LoRA adapters saved
+        # from here on are adapters of the SFT model, not of the model SFT started from.
+        start_model = model.name_or_path = str(folder.resolve())
+        if report_set is not None and not stop.requested:
+            results["sft"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
+                                       "eval sft", run.seed)  # fmt: skip
+    return model, start_model
+
+
+def _learner(config: Config, model, start_model: str | None, resume: Path | None) -> Learner:
+    """The learner; a resumed run's gets the checkpoint's weights (adapters, or the whole
+    model with the start model as its KL reference)."""
+    if resume is None:
+        return Learner(model, config)
+    if config.lora.enabled:
+        from peft import set_peft_model_state_dict
+
+        learner = Learner(model, config)
+        set_peft_model_state_dict(learner.model, load_file(Path(resume) / ADAPTER_FILE))
+        return learner
+    trained, _ = load_model_and_tokenizer(str(resume))
+    return Learner(trained.to(next(model.parameters()).device), config, reference=model)
+
+
+ADAPTER_FILE = "adapter_model.safetensors"
+
+
+@dataclass
+class RunState:
+    """What a training checkpoint is written from."""
+
+    config: Config
+    learner: Learner
+    tokenizer: Any
+    rng: np.random.Generator
+    progress: Progress
+    results: dict[str, list[TaskResult]]
+    start_model: str | None
+
+    def save(self, step: int) -> Path:
+        """Writes `checkpoint-{step}` (weights, optimizer, schedule, RNG states, counters,
+        the metric history, the evaluations so far) and prunes to `run.keep_last`."""
+        run = self.config.run
+        p = self.progress
+        state = {
+            "start_model": self.start_model,
+            "history": p.history,
+            "best_step": p.best_step,
+            "skipped_steps": p.skipped_steps,
+            "consecutive_skips": p.consecutive_skips,
+            "rng": {
+                "python": random.getstate(),
+                "numpy": _numpy_state(),
+                "run": self.rng.bit_generator.state,
+            },
+            "evals": {k: [dataclasses.asdict(r) for r in v] for k, v in self.results.items()},
+        }
+        trainer = {"learner": self.learner.state_dict(), "torch_rng": torch.get_rng_state()}
+        folder = save_checkpoint(run.output, step, self.learner.model, self.tokenizer,
+                                 self.config, state=state, trainer=trainer)  # fmt: skip
+        prune(run.output, run.keep_last)
+        return folder
+
+
+def _restore(state: dict[str, Any], resume: Path, learner: Learner, rng) -> Progress:
+    """Puts a checkpoint's optimizer, schedule and RNG states back; returns its progress."""
+    trainer = read_trainer(resume)
+    learner.load_state_dict(trainer["learner"])
+    torch.set_rng_state(trainer["torch_rng"])
+    version, internal, gauss = state["rng"]["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["rng"]["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    rng.bit_generator.state = state["rng"]["run"]
+    return Progress(step=state["step"], history=state["history"], best_step=state["best_step"],
+                    skipped_steps=state["skipped_steps"],
+                    consecutive_skips=state["consecutive_skips"])  # fmt: skip
+
+
+def _numpy_state() -> list:
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def _say_stopped(stages: Stages, stop: StopRequest, step: int, folder: Path) -> None:
+    stages.print(f"stopped on {stop.requested} after step {step}; checkpoint {folder}. "
+                 f"Resume with: agentgym train --resume {folder}")  # fmt: skip
+
+
+def _closing_report(rs: RunState, policy: HFPolicy, report_set: HeldOut, stages: Stages) -> None:
+    """Evaluates the best checkpoint (or the last weights) and writes the closing table."""
+    config, results, out = rs.config, rs.results, Path(rs.config.run.output)
+    name = "grpo"
+    if rs.progress.best_step is not None:
+        _load_trainable(rs.learner.model, out / BEST)
+        if policy.model is not rs.learner.model:
+            policy.load_weights(rs.learner.named_weights())
+        name = f"best@{rs.progress.best_step}"
+    results[name] = _evaluate(report_set, policy, stages, "eval best", config.run.seed)
+    pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
+    if len(results) == 3:
+        pairs.append((name, "start"))
+    report = build_report(results, k=max(config.eval.n, 1), comparisons=pairs,
+                          meta=_meta(config))  # fmt: skip
+    write_report(out / "report", report)
+    print_report(report, stages.bar.console)
+
+
+def _load_trainable(model, folder: Path) -> None:
+    """Loads a checkpoint's trained weights (LoRA adapters, or the whole model) into `model`."""
+    if (folder / ADAPTER_FILE).is_file():
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(folder / ADAPTER_FILE))
+        return
+    missing, unexpected = model.load_state_dict(load_file(folder / "model.safetensors"),
+                                                strict=False)  # fmt: skip
+    absent = {k for k in missing if not ("lm_head" in k and model.config.tie_word_embeddings)}
+    if unexpected or absent:
+        raise ValueError(f"{folder}: weights do not fit the model (missing {sorted(absent)[:3]}, "
+                         f"unexpected {unexpected[:3]})")  # fmt: skip
+
+
+def _grpo(rs: RunState, policy, envs, selection, log, stages, stop, reward_fns) -> bool:
+    """The GRPO steps from `rs.progress.step + 1`; False when a stop request ended them early.
+
+    Each step's non-finite update is skipped and counted; `run.max_skipped_steps`
+    of them in a row stop the run with TrainingError.
+    """
+    config, learner, tokenizer, p = rs.config, rs.learner, rs.tokenizer, rs.progress
     run, g, ev = config.run, config.grpo, config.eval
-    rng = np.random.default_rng(run.seed)
-    best = None
     select = "eval/pass@1" if ev.n else "eval/correctness"
     task = stages.stage("grpo", run.steps)
-    for step in range(1, run.steps + 1):
-        trajectories, metrics = train_step(config, rng, envs, policy, learner, tokenizer,
-                                           beta=g.beta_at(step))  # fmt: skip
+    stages.advance(task, p.step)
+    while p.step < run.steps:
+        step = p.step = p.step + 1
+        trajectories, metrics = train_step(config, rs.rng, envs, policy, learner, tokenizer,
+                                           beta=g.beta_at(step), reward_fns=reward_fns)  # fmt: skip
+        skipped = metrics.get("skipped", 0.0) > 0
+        p.skipped_steps += skipped
+        p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0
+        metrics["train/skipped_steps"] = float(p.skipped_steps)
         if selection is not None and (step % ev.every == 0 or step == run.steps):
             figures = summarize(_evaluate(selection, policy, stages, f"eval step {step}", run.seed))
             metrics.update({f"eval/{k}": figures["greedy"][v] for k, v in EVAL_METRICS.items()})
             if "sampled" in figures:
                 metrics["eval/pass@1"] = figures["sampled"]["pass@1"]
-        history.append({"step": step, **metrics})
-        warnings = check_health(history, beta=g.beta)
+        p.history.append({"step": step, **metrics})
+        warnings = check_health(p.history, beta=g.beta)
         for w in warnings:
             stages.print(f"[yellow]health[/yellow] step {step}: {w.kind}: {w.message}")
         log.metrics(step, metrics, health=[w.kind for w in warnings])
         log.completions(step, trajectories, run.log_completions)
-        if "eval/correctness" in metrics and best_step(history, select) == step:
-            best = (step, _trainable_state(learner.model))
-            save_checkpoint(run.output, step, learner.model, tokenizer, config,
-                            name="checkpoint-best")  # fmt: skip
-        stop = bool(warnings) and run.stop_on_health
-        if step % run.save_every == 0 or step == run.steps or stop:
-            save_checkpoint(run.output, step, learner.model, tokenizer, config)
+        if "eval/correctness" in metrics and best_step(p.history, select) == step:
+            p.best_step = step
+            save_best(run.output, step, learner.model, tokenizer, config)
+        if p.consecutive_skips >= run.max_skipped_steps:
+            last = latest_checkpoint(run.output)
+            raise TrainingError(
+                f"{p.consecutive_skips} steps in a row (to step {step}) had a non-finite loss "
+                f"or gradient, so their updates were skipped (run.max_skipped_steps="
+                f"{run.max_skipped_steps}). Lower optim.lr or check the rewards; the last "
+                f"checkpoint is {last if last else 'none'}."
+            )
+        halt = bool(warnings) and run.stop_on_health
+        folder = None
+        if step % run.save_every == 0 or step == run.steps or halt or stop.requested:
+            folder = rs.save(step)
         note = f"reward {metrics['reward/mean']:+.3f}  {metrics['step_seconds']:.1f}s/step"
         if "eval/correctness" in metrics:
             note += f"  held-out {metrics['eval/correctness']:.3f}"
         stages.advance(task)
         stages.note(task, f"step {step}: {note}")
-        if stop:
+        if stop.requested:
+            _say_stopped(stages, stop, step, folder)
+            return False
+        if halt:
             stages.print("stopping early: run.stop_on_health is set")
             break
-    best_note = f", best held-out step {best[0]}" if best is not None else ""
-    stages.note(task, f"{len(history)} steps{best_note}", done=True)
-    return best
+    best_note = f", best held-out step {p.best_step}" if p.best_step is not None else ""
+    stages.note(task, f"{len(p.history)} steps{best_note}", done=True)
+    return True
 
 
 EVAL_METRICS = {

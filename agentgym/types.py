@@ -101,14 +101,24 @@ class Trajectory:
     prompt_messages: tuple[Message, ...] = ()
     turn_spans: tuple[tuple[int, int], ...] = ()
     counts: Mapping[str, float] = field(default_factory=dict)
+    error: str | None = None
+    reward_error: str | None = None
     """`turn_spans[k]` is the [start, end) of turn k's sampled ids in `tokens`.
     `counts` sums the numeric counters environments report in `info` over the
-    episode: "tool_calls" and "tool_errors/<kind>"."""
+    episode: "tool_calls" and "tool_errors/<kind>". `error` is the exception
+    `env.step` raised, which ended the episode ("ValueError: ..."); `reward_error`
+    why the reward is not a verified outcome (a reward function failed, or the
+    environment's reward is not finite)."""
 
     @property
     def completion_length(self) -> int:
         """Number of tokens the policy sampled in this episode."""
         return sum(self.loss_mask)
+
+    @property
+    def scorable(self) -> bool:
+        """Whether `reward` is a verified outcome; an unscorable episode gets advantage 0."""
+        return self.error is None and self.reward_error is None
 
 
 @dataclass(frozen=True)

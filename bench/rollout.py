@@ -33,7 +33,8 @@ class TutorialLoopPolicy:
         self.stop_ids = stop_token_ids(model, tokenizer)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, streams=None
+                 ) -> list[Generation]:  # fmt: skip
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])

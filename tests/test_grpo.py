@@ -90,6 +90,55 @@ def test_zero_variance_fraction():
     assert zero_variance_fraction(rewards, 4) == pytest.approx(2 / 3)
 
 
+def test_unscorable_samples_get_zero_and_stay_out_of_the_group_stats():
+    # The 5.0 is unscorable. Scored [1, 0, 1]: mean 2/3; var = ((1/3)^2 + (2/3)^2 +
+    # (1/3)^2) / 3 = 2/9, std = sqrt(2)/3. 1 -> (1/3) / (sqrt(2)/3) = 1/sqrt(2);
+    # 0 -> (-2/3) / (sqrt(2)/3) = -sqrt(2). (With the 5.0 in, the mean would be 7/4.)
+    rewards = torch.tensor([1.0, 0.0, 5.0, 1.0])
+    scorable = torch.tensor([True, True, False, True])
+    s = 1 / math.sqrt(2)
+    close(group_advantages(rewards, 4, scorable=scorable), [s, -math.sqrt(2), 0.0, s])
+
+
+def test_unscorable_samples_stay_out_of_the_batch_std():
+    # Group 1 [1, 3]: mean 2, centred [-1, 1]. Group 2 [2, 9 unscorable]: one scored
+    # sample, so 0 throughout. Batch std over the scored {1, 3, 2}: mean 2,
+    # var (1 + 1 + 0) / 3 = 2/3, std sqrt(2/3) = 0.81650 -> +-1 / 0.81650 = +-1.22474.
+    rewards = torch.tensor([1.0, 3.0, 2.0, 9.0])
+    scorable = torch.tensor([True, True, True, False])
+    a = 1 / math.sqrt(2 / 3)
+    close(group_advantages(rewards, 2, scale="batch", scorable=scorable), [-a, a, 0.0, 0.0])
+
+
+def test_unscorable_samples_without_scaling():
+    # Scored [2, 4, 6]: mean 4 -> [-2, 0, 2]; the unscorable 100 gets 0.
+    rewards = torch.tensor([2.0, 4.0, 100.0, 6.0])
+    scorable = torch.tensor([True, True, False, True])
+    close(group_advantages(rewards, 4, scale="none", scorable=scorable), [-2, 0, 0, 2])
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_an_all_scorable_mask_changes_nothing(scale):
+    rewards = torch.rand(12, generator=torch.Generator().manual_seed(0))
+    rewards[5] = float("nan")
+    plain = group_advantages(rewards, 4, scale=scale)
+    masked = group_advantages(rewards, 4, scale=scale, scorable=torch.ones(12, dtype=torch.bool))
+    assert torch.equal(plain, masked)
+
+
+def test_zero_variance_fraction_ignores_unscorable_samples():
+    # [1, 0 unscorable, 1, 1] is flat once the 0 is left out; [0, 1, 1, 1] varies -> 1/2.
+    rewards = torch.tensor([1.0, 0, 1, 1, 0, 1, 1, 1])
+    scorable = torch.tensor([True, False, True, True, True, True, True, True])
+    assert zero_variance_fraction(rewards, 4, scorable=scorable) == 0.5
+    assert zero_variance_fraction(rewards, 4) == 0.0
+
+
+def test_a_scorable_mask_of_the_wrong_shape_is_an_error():
+    with pytest.raises(ValueError, match=r"scorable must be \[N=4\] like rewards, got \(2,\)"):
+        group_advantages(torch.zeros(4), 2, scorable=torch.ones(2, dtype=torch.bool))
+
+
 # --- KL ----------------------------------------------------------------------
 
 

@@ -9,7 +9,15 @@ import pytest
 import torch
 
 from agentgym.cli import main
-from agentgym.heldout import EpisodeScore, TaskResult, compare, final_answer, summarize
+from agentgym.heldout import (
+    EpisodeScore,
+    HeldOut,
+    TaskResult,
+    compare,
+    final_answer,
+    held_out_ids,
+    summarize,
+)
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
 
@@ -99,6 +107,25 @@ def test_temperature_zero_decodes_the_argmax_every_time(tiny):
             assert token == int(logits.argmax())
             assert logp == pytest.approx(float(torch.log_softmax(logits, -1)[token]), abs=1e-5)
             ids.append(token)
+
+
+def test_sampled_episodes_do_not_depend_on_how_the_tasks_are_batched(tiny):
+    """Each held-out episode draws from its own stream (seed, task, member, turn), so two
+    models compared on a task see the same random numbers, chunked however."""
+    model, tokenizer = tiny
+    kwargs = {"families": ["calculator"], "max_turns": 2}
+    ids = held_out_ids("tool_call", kwargs, 3)
+    runs = []
+    for batch in (2, 32):
+        held = HeldOut("tool_call", kwargs, ids, tokenizer, max_new_tokens=6, n=2, batch=batch)
+        try:
+            runs.append(held.run(HFPolicy(model, tokenizer), seed=4))
+        finally:
+            held.close()
+    small, large = ([[s.answer, s.completion_length] for r in run for s in r.samples]
+                    for run in runs)  # fmt: skip
+    assert small == large
+    assert len({tuple(x) for x in small}) > 1  # and the samples do differ
 
 
 def test_eval_on_tiny_random_writes_the_three_report_files_with_the_documented_keys(

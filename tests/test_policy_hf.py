@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
+import numpy as np
+import pytest
 import torch
 
 from agentgym.policy.base import SamplingParams
-from agentgym.policy.hf import HFPolicy, ReservedCache, _draw, cache_kwarg
+from agentgym.policy.hf import HFPolicy, ReservedCache, _draw, cache_kwarg, stream_uniforms
 
 
 def _prompt(tokenizer, text: str) -> list[int]:
@@ -47,6 +51,50 @@ def test_same_seed_same_samples_and_different_seed_differs(tiny):
     assert [g.ids for g in a] != [g.ids for g in c]
     # the four members of a group are sampled independently
     assert len({g.ids for g in a}) > 1
+
+
+def test_stream_uniforms_are_uniform_repeatable_and_independent_across_streams():
+    streams = np.arange(100_000, dtype=np.uint64)
+    u = stream_uniforms(streams, 0).numpy()
+    assert ((u >= 0) & (u < 1)).all()
+    # 100,000 draws: the standard error of the mean is 0.0009, of a tenth's share 0.001
+    assert abs(u.mean() - 0.5) < 0.004 and abs(u.var() - 1 / 12) < 0.003
+    assert np.allclose(np.histogram(u, bins=10, range=(0, 1))[0] / len(u), 0.1, atol=0.005)
+    assert np.array_equal(u, stream_uniforms(streams, 0).numpy())
+    nxt = stream_uniforms(streams, 1).numpy()
+    assert abs(np.corrcoef(u, nxt)[0, 1]) < 0.02  # index i and i+1 of a stream
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.02  # neighbouring streams
+
+
+def test_a_row_with_a_stream_samples_the_same_whatever_its_batch(tiny):
+    model, tokenizer = tiny
+    policy = HFPolicy(model, tokenizer)
+    prompts = [_prompt(tokenizer, "Compute 7 times 8."), _prompt(tokenizer, "Name a prime")]
+    both = policy.generate(prompts, SamplingParams(max_new_tokens=12, seed=0), streams=[11, 12])
+    alone = policy.generate(prompts[1:], SamplingParams(max_new_tokens=12, seed=5), streams=[12])
+    assert both[1].ids == alone[0].ids  # logprobs agree up to batching's float noise
+    assert np.allclose(both[1].logprobs, alone[0].logprobs, atol=1e-4)
+    other = policy.generate(prompts[1:], SamplingParams(max_new_tokens=12, seed=0), streams=[13])
+    assert other[0].ids != alone[0].ids
+    with pytest.raises(ValueError, match="2 prompts"):
+        policy.generate(prompts, SamplingParams(max_new_tokens=4), streams=[1])
+
+
+def test_equal_streams_couple_two_nearby_policies_and_seeds_alone_do_not(tiny):
+    model, tokenizer = tiny
+    nudged, gen = copy.deepcopy(model), torch.Generator().manual_seed(0)
+    with torch.no_grad():  # a nearly uniform random model: a small nudge moves its bins
+        for p in nudged.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 3e-5)
+    prompts = [_prompt(tokenizer, "Compute 7 times 8.")] * 16
+    params = SamplingParams(max_new_tokens=8, seed=0)
+    streams = list(range(16))
+    a = HFPolicy(model, tokenizer).generate(prompts, params, streams)
+    b = HFPolicy(nudged, tokenizer).generate(prompts, params, streams)
+    c = HFPolicy(nudged, tokenizer).generate(prompts, SamplingParams(max_new_tokens=8, seed=1))
+    coupled = sum(x.ids == y.ids for x, y in zip(a, b, strict=True))
+    independent = sum(x.ids == y.ids for x, y in zip(a, c, strict=True))
+    assert coupled >= 12 and independent <= 1, (coupled, independent)
 
 
 def test_left_padding_gives_the_same_logprobs_as_an_unpadded_prompt(tiny):
@@ -156,7 +204,7 @@ def test_rows_that_stop_early_leave_the_batch_and_the_rest_stay_exact(tiny):
 
 def test_draw_follows_the_distribution_and_never_picks_a_zero_probability_id():
     probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 1.0]]).repeat(50_000, 1)
-    ids = _draw(probs, torch.Generator().manual_seed(0))
+    ids = _draw(probs, torch.rand(len(probs), generator=torch.Generator().manual_seed(0)))
     first, second = ids[0::2], ids[1::2]
     freq = torch.bincount(first, minlength=4).float() / len(first)
     # 50,000 draws: the standard error of each share is under 0.0025
@@ -201,10 +249,11 @@ def test_sampling_with_merged_adapters_matches_the_adapters_and_unmerges_after(t
         gen = HFPolicy(peft, tokenizer).generate(
             [prompt], SamplingParams(max_new_tokens=8, seed=1)
         )[0]
-    # on exit: unmerged, the base weights back to within float error, the adapters trainable
+    # on exit: unmerged, every weight bitwise as before (peft's unmerge alone leaves
+    # W + delta - delta, a rounding off W at about 1% of the elements)
     assert not any(m.merged for m in peft.modules() if hasattr(m, "merged"))
     for name, p in peft.named_parameters():
-        assert torch.allclose(p, before[name], atol=1e-6), name
+        assert torch.equal(p, before[name]), name
     ids = torch.tensor([prompt + list(gen.ids)])
     mask = torch.zeros(1, ids.shape[1] - 1)
     mask[0, len(prompt) - 1 :] = 1

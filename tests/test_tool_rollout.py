@@ -24,7 +24,8 @@ class ScriptedPolicy:
         self.tokenizer, self.script = tokenizer, script
         self.emitted: list[list[int]] = []
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, streams=None
+                 ) -> list[Generation]:  # fmt: skip
         out = []
         for prompt in prompts:
             turn = self.tokenizer.decode(prompt).count("<|im_start|>assistant") - 1

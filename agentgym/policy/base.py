@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -36,8 +36,21 @@ class Generation:
 class Policy(Protocol):
     """What the rollout and the training loop need from an inference backend."""
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        """Samples one completion per prompt (repeat a prompt G times for a group)."""
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        streams: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Samples one completion per prompt (repeat a prompt G times for a group).
+
+        `streams`, one 64-bit integer per prompt, names each row's random
+        stream: the i-th token of a row draws the stream's i-th uniform, whatever
+        else is in the batch. Two policies sampled with the same streams are
+        coupled (common random numbers), so their difference is measured with
+        far less noise; vLLM's per-request `seed` is the same idea. A backend
+        that cannot honour them may ignore them.
+        """
         ...
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

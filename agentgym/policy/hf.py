@@ -3,16 +3,19 @@
 `generate` runs its own sampling loop rather than `model.generate`, for two
 reasons: it returns the logprob of each sampled id under the distribution it
 was sampled from (logits / temperature), without keeping every step's full
-logits, and its sampling is seeded by a private `torch.Generator`, so a run's
-draws do not depend on the global RNG.
+logits, and its draws do not depend on the global RNG: they come from a private
+`torch.Generator` seeded by `SamplingParams.seed`, or, when the caller names
+each row's stream, from a counter-based hash of (stream, token index), so that
+a row's draws do not depend on what else is in the batch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
+import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
@@ -41,8 +44,25 @@ def cache_kwarg(model: PreTrainedModel) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _draw(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
-    """One id per row, by inverting the cumulative distribution at a uniform draw.
+_GOLDEN, _MIX1, _MIX2 = (
+    np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+)
+
+
+def stream_uniforms(streams: np.ndarray, index: int) -> torch.Tensor:
+    """The `index`-th uniform in [0, 1) of each stream (uint64 array): SplitMix64 of
+    stream + (index + 1) * golden ratio, the top 53 bits. Stateless, so each row's
+    draws depend only on its stream, never on the batch around it."""
+    with np.errstate(over="ignore"):
+        z = streams + np.uint64(index + 1) * _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+    return torch.from_numpy((z >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+
+
+def _draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One id per row, by inverting the cumulative distribution at the row's uniform `u`.
 
     Equivalent to `torch.multinomial(probs, 1)`, whose CPU kernel draws an
     exponential per vocabulary entry and took about a tenth of a decode step.
@@ -50,8 +70,8 @@ def _draw(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
     predecessor's, and the search returns the first entry exceeding the draw.
     """
     cdf = probs.cumsum(-1)
-    u = torch.rand(probs.shape[0], 1, generator=gen, device=probs.device) * cdf[:, -1:]
-    ids = torch.searchsorted(cdf, u, right=True).squeeze(-1)
+    point = u.to(device=probs.device, dtype=cdf.dtype)[:, None] * cdf[:, -1:]
+    ids = torch.searchsorted(cdf, point, right=True).squeeze(-1)
     return ids.clamp(max=probs.shape[-1] - 1)
 
 
@@ -137,8 +157,13 @@ def merged_adapters(model) -> Iterator[None]:
 
     Sampling through unmerged adapters costs two extra small matmuls per
     adapted layer and token, about a fifth of a decode step on CPU; merged, the
-    model decodes as fast as its base. On exit the adapters are unmerged, ready
-    for the learner. Anything else (a plain model, None) runs as it is.
+    model decodes as fast as its base. On exit the adapters are unmerged and the
+    base weights are bitwise what they were: W + delta - delta rounds back to W
+    for most elements but not all (about 1% on SmolLM2), and a run that let those
+    slip would move its frozen base, the KL reference, a little every step, and
+    would not resume exactly. So, layer by layer, the elements that would not
+    round back are found on entry and their old values put back on exit. Anything
+    else (a plain model, None) runs as it is.
     """
     from peft.tuners.tuners_utils import BaseTunerLayer
 
@@ -146,11 +171,26 @@ def merged_adapters(model) -> Iterator[None]:
     if not layers or any(layer.merged for layer in layers):
         yield
         return
-    model.merge_adapter()
+    repairs = [_merge_exactly(layer) for layer in layers]
     try:
         yield
     finally:
-        model.unmerge_adapter()
+        for layer, (weight, where, values) in zip(layers, repairs, strict=True):
+            layer.unmerge()
+            weight.data[where] = values
+
+
+def _merge_exactly(layer) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
+    """Merges one LoRA layer; returns (its base weight, the positions that unmerging will
+    not restore exactly, their values before the merge)."""
+    weight = layer.get_base_layer().weight
+    before = weight.detach().clone()
+    layer.merge()
+    after = weight.detach().clone()  # what peft's unmerge computes, in the same order
+    for adapter in reversed(layer.merged_adapters):
+        after -= layer.get_delta_weight(adapter)
+    where = (after != before).nonzero(as_tuple=True)
+    return weight, where, before[where]
 
 
 def _common_prefix_length(prompts: list[list[int]]) -> int:
@@ -173,10 +213,12 @@ def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device):
     return ids.to(device), mask.to(device)
 
 
-def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None):
-    """Draws one id per row; returns (ids [B], logprob of each under logits / T).
+def _sample(logits: torch.Tensor, params: SamplingParams, u: torch.Tensor | None):
+    """Draws one id per row at its uniform `u` [B]; returns (ids [B], logprob of each
+    under logits / T).
 
-    Temperature 0 is greedy decoding: the argmax, with its logprob under the logits.
+    Temperature 0 is greedy decoding (`u` unused): the argmax, with its logprob
+    under the logits.
     """
     if params.temperature == 0:
         logprobs = torch.log_softmax(logits, dim=-1)
@@ -189,7 +231,7 @@ def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator |
         outside = sorted_p.cumsum(-1) - sorted_p >= params.top_p  # keeps the top token always
         sorted_p = sorted_p.masked_fill(outside, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    ids = _draw(probs, gen)
+    ids = _draw(probs, u)
     return ids, logprobs.gather(-1, ids[:, None]).squeeze(-1)
 
 
@@ -225,25 +267,43 @@ class HFPolicy:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        streams: Sequence[int] | None = None,
+    ) -> list[Generation]:
         """Samples one completion per prompt; see `Policy.generate`."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("generate() needs at least one prompt, and no empty prompt")
+        if streams is not None and len(streams) != len(prompts):
+            raise ValueError(f"generate() got {len(streams)} streams for {len(prompts)} prompts;"
+                             " give one per prompt, or none")  # fmt: skip
         if params.seed is not None:
             self._generator = torch.Generator(self.device).manual_seed(params.seed)
+        keys = None if streams is None else np.array([s % 2**64 for s in streams], np.uint64)
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
-            out.extend(self._generate_chunk(prompts[start : start + self.batch_size], params))
+            chunk = slice(start, start + self.batch_size)
+            out.extend(self._generate_chunk(prompts[chunk], params,
+                                            None if keys is None else keys[chunk]))  # fmt: skip
         return out
 
     @torch.no_grad()
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams,
+                        streams: np.ndarray | None) -> list[Generation]:  # fmt: skip
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._decode_loop(prompts, params)
+            return self._decode_loop(prompts, params, streams)
         finally:
             self.model.train(was_training)
+
+    def _uniforms(self, rows: list[int], streams: np.ndarray | None, index: int) -> torch.Tensor:
+        """Each live row's uniform for its `index`-th new token."""
+        if streams is None:
+            return torch.rand(len(rows), generator=self._generator, device=self.device)
+        return stream_uniforms(streams[rows], index)
 
     def _forward(self, ids, mask, positions, cache, **kwargs):
         return self.model(
@@ -344,7 +404,8 @@ class HFPolicy:
         out = self._forward(ids, mask, positions, cache, logits_to_keep=1)
         return out.logits, mask, positions[:, -1:]
 
-    def _decode_loop(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def _decode_loop(self, prompts: list[list[int]], params: SamplingParams,
+                     streams: np.ndarray | None) -> list[Generation]:  # fmt: skip
         """Samples until every row stopped or hit the budget; finished rows leave the batch."""
         keys = self._reusable(prompts) if self._kept else [None] * len(prompts)
         if any(k is not None for k in keys):
@@ -360,7 +421,8 @@ class HFPolicy:
         logps: list[list[float]] = [[] for _ in prompts]
         reasons = ["length"] * len(prompts)
         for step in range(params.max_new_tokens):
-            token, logp = _sample(logits[:, -1, :].float(), params, self._generator)
+            u = self._uniforms(rows, streams, step) if params.temperature else None
+            token, logp = _sample(logits[:, -1, :].float(), params, u)
             for row, t, lp in zip(rows, token.tolist(), logp.tolist(), strict=True):
                 ids[row].append(t)
                 logps[row].append(lp)

