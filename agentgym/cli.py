@@ -42,6 +42,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="go on from a checkpoint folder, or a run folder's newest complete checkpoint; "
         "'auto': run.output's newest, or a fresh start when it has none",
     )
+    train = sub.choices["train"]
+    train.add_argument(
+        "--distributed",
+        choices=["none", "ray"],
+        help="where rollouts run: here, or on Ray actors (distributed.backend)",
+    )
+    train.add_argument(
+        "--rollout-workers",
+        type=int,
+        metavar="N",
+        help="Ray rollout actors (distributed.rollout_workers)",
+    )
+    train.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="Ray cluster to join, e.g. auto (distributed.ray_address); default: start a local Ray",
+    )
     _run_parser(sub, "sft", "Supervised warm-up on the environment's demonstrations.", "sft.steps")
     ev = sub.add_parser("eval", help="Evaluate a model on an environment's held-out tasks.")
     ev.add_argument("--env", help="math, a registered id, or module:Env-v0 (run.env)")
@@ -72,6 +89,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "model.name": args.model,
         args.steps_field: args.steps,
         "run.output": str(args.output) if args.output else None,
+        "distributed.backend": getattr(args, "distributed", None),  # train's flags only
+        "distributed.rollout_workers": getattr(args, "rollout_workers", None),
+        "distributed.ray_address": getattr(args, "ray_address", None),
     }
     overrides.update({k: v for k, v in flags.items() if v is not None})
     config = load_config(args.config, overrides)
@@ -82,6 +102,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from agentgym import dist
     from agentgym.preflight import check
     from agentgym.runlog import truncate_logs
     from agentgym.train import train
@@ -93,7 +114,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     check(config, "train")  # every problem, before a model loads
     output = config.run.output
-    if args.resume == "auto" and checkpoint is None:
+    if not dist.is_main():  # under torchrun, only rank 0 touches run.output
+        pass
+    elif args.resume == "auto" and checkpoint is None:
         truncate_logs(output, 0)  # a run killed before its first checkpoint starts afresh
     elif checkpoint is None and output is not None and (output / "metrics.jsonl").exists():
         raise ConfigError(
@@ -101,7 +124,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             "--output, or go on from its last checkpoint with --resume auto"
         )
     run_dir = train(config, resume=checkpoint)
-    print(f"run written to {run_dir}")
+    if dist.is_main():
+        print(f"run written to {run_dir}")
     return 0
 
 

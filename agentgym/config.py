@@ -229,6 +229,28 @@ class RewardsConfig(_Section):
     )
 
 
+class DistributedConfig(_Section):
+    backend: Literal["none", "ray"] = Field(
+        "none",
+        description="Where rollouts run: 'none' in this process, 'ray' on Ray actors "
+        "(rollout_workers of them, each with its own policy and environments).",
+    )
+    rollout_workers: int = Field(1, ge=1, description="Ray rollout actors (backend: ray).")
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster to join ('auto', 'ray://host:10001'); None starts a local one.",
+    )
+    max_worker_restarts: int = Field(
+        3, ge=0, description="Restarts of a rollout actor that died, before the run fails."
+    )
+    learner: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="Under torchrun (WORLD_SIZE > 1): 'ddp', a full replica per rank with the "
+        "gradients summed by all-reduce, or 'fsdp', weights sharded (learner step only, not yet "
+        "in agentgym train). Gloo on CPU, NCCL on GPUs.",
+    )
+
+
 class Config(_Section):
     """A whole training run."""
 
@@ -240,6 +262,7 @@ class Config(_Section):
     sft: SFTConfig = Field(default_factory=SFTConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     run: RunConfig = Field(default_factory=RunConfig)
 
 

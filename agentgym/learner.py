@@ -7,6 +7,22 @@ schedule. A step whose loss or gradient norm is not finite changes nothing: its
 update is skipped and reported (`skipped`). The KL reference is a frozen copy of
 the initial weights, or, with LoRA, the same model with its adapters switched
 off (no second copy); with beta = 0 there is none.
+
+Under torchrun (more than one process) every rank holds the learner and steps
+it on the same whole batch. The batch is cut into micro-batches exactly as in
+one process, and each rank runs every world_size-th of them, each weighted by
+its share of the whole batch; the gradients (summed over the ranks) and the
+metrics are then those of one process, up to the order of float additions, for
+every loss. `distributed.learner` "ddp" keeps a full replica on each rank and
+sums the gradients with all-reduce, as DistributedDataParallel does, but
+without its wrapper: DDP's hooks only fire inside its own forward, which the
+learner's passes (decoder and head called apart, the shared prefix run once
+and backpropagated last) never go through. "fsdp" shards the weights, the
+gradients and the optimizer state with FSDP2 (`fully_shard`) over each decoder
+layer and the rest; it runs no shared prefix (the gradient reaching a layer
+through the prefix's cached keys and values bypasses FSDP's hooks), and ranks
+with fewer micro-batches run empty ones, since every pass gathers weights from
+all ranks.
 """
 
 from __future__ import annotations
@@ -15,13 +31,14 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache, PreTrainedModel
 
-from agentgym import grpo
+from agentgym import dist, grpo
 from agentgym.config import Config
 from agentgym.policy.hf import cache_kwarg
 from agentgym.types import Batch
@@ -30,6 +47,9 @@ T = TypeVar("T")
 
 MIN_SHARED_PREFIX = 16
 """Rows sharing fewer leading tokens than this are run whole, each on its own."""
+
+LOSS_METRICS = ("loss/policy", "kl", "clip_fraction", "entropy")
+"""The metrics of a step's loss, each a sum over micro-batches weighted by their share."""
 
 
 def shared_prefix_length(batch: Batch) -> int:
@@ -71,7 +91,8 @@ def run_prefix(model, ids: torch.Tensor) -> Prefix:
     return ids.shape[1], [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def _hidden_states(model, batch: Batch, prefix: Prefix | None = None) -> tuple[torch.Tensor, int]:
+def _hidden_states(model, batch: Batch, prefix: Prefix | None = None, share_prefix: bool = True
+                   ) -> tuple[torch.Tensor, int]:  # fmt: skip
     """The last hidden states [N, L - P] of positions P.., and P, the shared prefix run once.
 
     The prefix is run for one row into a KV cache (or taken from `prefix`,
@@ -81,7 +102,7 @@ def _hidden_states(model, batch: Batch, prefix: Prefix | None = None) -> tuple[t
     decoder, _ = _decoder_and_head(model)
     ids, mask = batch.input_ids, batch.attention_mask
     if prefix is None:
-        shared = shared_prefix_length(batch) if batch.size > 1 else 0
+        shared = shared_prefix_length(batch) if batch.size > 1 and share_prefix else 0
         if shared < MIN_SHARED_PREFIX:
             return decoder(input_ids=ids, attention_mask=mask).last_hidden_state, 0
         prefix = run_prefix(model, ids[:1, :shared])
@@ -110,20 +131,21 @@ def _head_logprobs(model, head, hidden: torch.Tensor, targets: torch.Tensor, tem
     return logsm.gather(-1, targets[:, None]).squeeze(-1), entropy
 
 
-def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | None = None,
+                   share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Logprobs [N, L-1] of each target token, and the entropy [N, L-1] of its distribution.
 
     Only the positions the loss mask selects are projected onto the vocabulary
     (the rest read 0), so the prompt and tool results cost no logits, and the
     batch's shared prefix (the system prompt) is run once, not once per row
-    (`prefix`: already run, for these rows' first P tokens). When the selected
-    positions times the vocabulary exceed `LOGIT_BUDGET`, they are projected in
-    chunks under activation checkpointing, so memory stays flat in their number
-    (the backward pass recomputes each chunk's logits).
+    (`prefix`: already run, for these rows' first P tokens; with `share_prefix`
+    False, every row runs whole). When the selected positions times the
+    vocabulary exceed `LOGIT_BUDGET`, they are projected in chunks under
+    activation checkpointing, so memory stays flat in their number (the
+    backward pass recomputes each chunk's logits).
     The entropy is detached: it is a metric.
     """
-    hidden, shared = _hidden_states(model, batch, prefix)
+    hidden, shared = _hidden_states(model, batch, prefix, share_prefix)
     rows, cols = batch.loss_mask.nonzero(as_tuple=True)
     _, head = _decoder_and_head(model)
     selected, targets = hidden[rows, cols - shared], batch.input_ids[rows, cols + 1]
@@ -157,6 +179,8 @@ def backward_micro_batches(
     micro_batch_size: int,
     loss_fn: Callable[[Batch, Prefix | None], tuple[torch.Tensor, T]],
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    select: Callable[[list[Batch]], list[Batch]] | None = None,
+    share_prefix: bool = True,
 ) -> list[T]:
     """Backpropagates `loss_fn(micro, prefix)` of each micro-batch; returns what each gave besides.
 
@@ -165,17 +189,22 @@ def backward_micro_batches(
     micro-batch: into detached copies of its keys and values, which every
     micro-batch's backward adds gradients to, and which go back through the
     prefix once, last. `loss_fn` passes the prefix on to `token_logprobs`.
+    `select` keeps some of the micro-batches (a rank's share); `share_prefix`
+    False runs every row whole.
     """
-    shared = shared_prefix_length(batch) if batch.size > 1 else 0
+    micro_batches = batch.split(micro_batch_size, by_length=True)
+    if select is not None:
+        micro_batches = select(micro_batches)
+    shared = shared_prefix_length(batch) if batch.size > 1 and share_prefix else 0
     prefix = None
-    if shared >= MIN_SHARED_PREFIX:
+    if shared >= MIN_SHARED_PREFIX and micro_batches:
         with context():
             _, layers = run_prefix(model, batch.input_ids[:1, :shared])
         outputs = [t for kv in layers for t in kv]
         leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
         prefix = (shared, list(zip(leaves[0::2], leaves[1::2], strict=True)))
     results = []
-    for micro in batch.split(micro_batch_size, by_length=True):
+    for micro in micro_batches:
         loss, result = loss_fn(micro, prefix)
         loss.backward()
         results.append(result)
@@ -224,6 +253,10 @@ class Learner:
         config: The run's config (grpo, optim, lora, sampling, model and run sections).
         reference: The KL reference of a full fine-tune, when it is not `model` as
             given (a resumed run passes the model it started from); LoRA runs ignore it.
+
+    Under torchrun, every rank builds its learner at the same point: the
+    weights are then copied from rank 0's (as DistributedDataParallel does), and
+    sharded when `sharded` (`distributed.learner` "fsdp").
     """
 
     def __init__(self, model: PreTrainedModel, config: Config,
@@ -231,12 +264,20 @@ class Learner:
         self.config = config
         self.model = _wrap_lora(model, config) if config.lora.enabled else model
         self.model.train()
+        dist.broadcast_module(self.model)
+        self.sharded = dist.active() and config.distributed.learner == "fsdp"
         self.reference = None
         self.beta = config.grpo.beta
         needs_reference = max(config.grpo.beta, config.grpo.beta_start or 0.0) > 0
         if needs_reference and not config.lora.enabled:
             frozen = reference if reference is not None else copy.deepcopy(model)
+            if reference is not None:
+                dist.broadcast_module(frozen)
             self.reference = frozen.eval().requires_grad_(False)
+        self._run = _runner(self.model, self.sharded)
+        self._run_reference = self._run
+        if self.reference is not None:
+            self._run_reference = _runner(self.reference, self.sharded)
         self.loss_fn = grpo.get_policy_loss(config.grpo.loss)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
@@ -265,8 +306,8 @@ class Learner:
     def _reference_prefix(self, ids: torch.Tensor) -> Prefix | None:
         if self.beta == 0:
             return None
-        with self._forward_context(), self._as_reference() as reference:
-            return run_prefix(reference, ids)
+        with self._forward_context(), self._as_reference() as run:
+            return run(run_prefix, ids)
 
     @torch.no_grad()
     def _reference_logprobs(self, batch: Batch, prefix: Prefix | None = None
@@ -274,16 +315,17 @@ class Learner:
         if self.beta == 0:
             return None
         temperature = self.config.sampling.temperature
-        with self._forward_context(), self._as_reference() as reference:
-            return token_logprobs(reference, batch, temperature, prefix)[0]
+        with self._forward_context(), self._as_reference() as run:
+            return run(token_logprobs, batch, temperature, prefix, not self.sharded)[0]
 
     @contextlib.contextmanager
     def _as_reference(self):
+        """Yields what runs a function of the reference model (see `_runner`)."""
         if self.reference is not None:
-            yield self.reference
+            yield self._run_reference
         else:
             with self.model.disable_adapter():
-                yield self.model
+                yield self._run
 
     def _weight(self, micro: Batch, whole: Batch) -> float:
         """This micro-batch's share of the whole batch's loss."""
@@ -300,9 +342,10 @@ class Learner:
             self.beta = beta
         self.optimizer.zero_grad(set_to_none=True)
         totals = self.accumulate(batch)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(
+        norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.requires_grad], self.config.optim.max_grad_norm
-        ))  # fmt: skip
+        )
+        grad_norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         finite = math.isfinite(grad_norm) and all(math.isfinite(v) for v in totals.values())
         if finite:
             self.optimizer.step()
@@ -326,10 +369,13 @@ class Learner:
         """Adds the gradient of the whole batch's loss, micro-batch by micro-batch.
 
         The shared prefix runs once per step (`backward_micro_batches`), for
-        the reference too.
+        the reference too. Under torchrun, this rank runs its share of the
+        micro-batches; the gradients and the metrics are then summed over the
+        ranks, gradients already there included (`step` zeroes them first).
         """
         batch = _to(batch, next(self.model.parameters()).device)
-        shared = shared_prefix_length(batch) if batch.size > 1 else 0
+        select = self._select if dist.active() else None
+        shared = shared_prefix_length(batch) if batch.size > 1 and not self.sharded else 0
         ref_prefix = None
         if shared >= MIN_SHARED_PREFIX:
             ref_prefix = self._reference_prefix(batch.input_ids[:1, :shared])
@@ -340,15 +386,29 @@ class Learner:
             return loss * weight, {k: v * weight for k, v in stats.items()}
 
         parts = backward_micro_batches(self.model, batch, self.config.optim.micro_batch_size,
-                                       loss_fn, self._forward_context)  # fmt: skip
-        return {key: sum(p[key] for p in parts) for key in parts[0]}
+                                       loss_fn, self._forward_context, select,
+                                       share_prefix=not self.sharded)  # fmt: skip
+        totals = {key: sum(p[key] for p in parts) for key in LOSS_METRICS}
+        if select is None:
+            return totals
+        if not self.sharded:  # FSDP sums each layer's gradients itself, in its backward
+            dist.all_reduce_grads([p for p in self.model.parameters() if p.requires_grad])
+        return dist.all_reduce_sum(totals, LOSS_METRICS)
+
+    def _select(self, micro_batches: list[Batch]) -> list[Batch]:
+        """This rank's micro-batches; with FSDP, as many on every rank (empty ones added)."""
+        mine = dist.shard(micro_batches)
+        if self.sharded:
+            rounds = -(-len(micro_batches) // dist.world_size())
+            mine += [_empty(micro_batches[0])] * (rounds - len(mine))
+        return mine
 
     def _loss(self, micro: Batch, ref_prefix: Prefix | None, prefix: Prefix | None
               ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
         ref = self._reference_logprobs(micro, ref_prefix)
         with self._forward_context():
-            logp, entropy = token_logprobs(self.model, micro, self.config.sampling.temperature,
-                                           prefix)  # fmt: skip
+            logp, entropy = self._run(token_logprobs, micro, self.config.sampling.temperature,
+                                      prefix, not self.sharded)  # fmt: skip
         out = self.loss_fn(
             logp,
             micro.old_logprobs,
@@ -362,16 +422,34 @@ class Learner:
             kl_estimator=self.config.grpo.kl_estimator,
             max_tokens=self.config.sampling.max_episode_tokens,
         )
-        return out.loss, {
-            "loss/policy": float(out.policy_loss),
-            "kl": float(out.kl),
-            "clip_fraction": float(out.clip_fraction),
-            "entropy": float(grpo.masked_mean(entropy, micro.loss_mask)),
-        }
+        stats = (out.policy_loss, out.kl, out.clip_fraction,
+                 grpo.masked_mean(entropy, micro.loss_mask))  # fmt: skip
+        return out.loss, {key: float(v) for key, v in zip(LOSS_METRICS, stats, strict=True)}
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The trained weights by name, for `Policy.load_weights`."""
-        return ((n, p.detach()) for n, p in self.model.named_parameters() if p.requires_grad)
+        """The trained weights by name, for `Policy.load_weights`.
+
+        When `sharded`, each weight is gathered from every rank's shard: every
+        rank must go through all of them, in step.
+        """
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                yield name, (p.full_tensor() if isinstance(p, DTensor) else p).detach()
+
+
+def _runner(model, sharded: bool) -> Callable[..., Any]:
+    """What runs `fn(model, *args)` as `run(fn, *args)`: the call itself, or, when
+    `sharded`, the same through FSDP (`dist.fully_shard_model`)."""
+    if sharded:
+        return dist.fully_shard_model(model)
+    return lambda fn, *args: fn(model, *args)
+
+
+def _empty(micro: Batch) -> Batch:
+    """A one-row micro-batch whose loss and metrics are exactly 0 (nothing under its mask)."""
+    ids = micro.input_ids[:1, :2]
+    zeros = torch.zeros(1, ids.shape[1] - 1, device=ids.device)
+    return Batch(ids, torch.ones_like(ids), zeros, zeros, torch.zeros(1, device=ids.device))
 
 
 def _to(batch: Batch, device: torch.device) -> Batch:

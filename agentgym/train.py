@@ -6,30 +6,26 @@ checkpoint.py); this file only strings them together, one step at a time.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
-from agentgym import grpo
+from agentgym import dist, grpo
 from agentgym.checkpoint import (
     BEST,
     latest_checkpoint,
-    prune,
     read_state,
     read_trainer,
     save_best,
     save_checkpoint,
 )
-from agentgym.config import Config
+from agentgym.config import Config, ConfigError
 from agentgym.console import Stages, print_report
 from agentgym.core import make_env
 from agentgym.evaluate import best_step
@@ -49,6 +45,8 @@ from agentgym.plots import training_curves
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+from agentgym.ray_rollout import RayRollout, require_ray
+from agentgym.resume import Progress, RunState, learner_for, load_trainable, restore
 from agentgym.reward_fns import RewardFunctions
 from agentgym.rollout import TaskSpec, collect
 from agentgym.runlog import RunLog, failure_metrics, rollout_metrics, truncate_logs
@@ -88,6 +86,7 @@ def train_step(
     tokenizer,
     beta: float | None = None,
     reward_fns: RewardFunctions | None = None,
+    rollout: RayRollout | None = None,
 ) -> tuple[list[Trajectory], dict[str, float | str]]:
     """One GRPO step: rollout, advantages, learner update, weight sync. Returns its metrics.
 
@@ -95,15 +94,21 @@ def train_step(
     `reward_fns` (the `rewards` section's functions) add to each episode's reward.
     Unscorable episodes (an environment error, a failed reward function) get
     advantage 0 and stay out of the reward figures and the group statistics.
+    `rollout` (`distributed.backend: ray`) plays the episodes on its workers instead
+    of `policy` and `envs`, and gets the new weights after the learner step.
     """
     g = config.grpo
     start = time.perf_counter()
     specs = task_specs(rng, g.tasks_per_step)
-    with merged_adapters(policy.model):
-        trajectories = collect(
-            envs, specs, g.group_size, policy, tokenizer, sampling_params(config, rng),
-            max_tokens=config.sampling.max_episode_tokens,
-        )  # fmt: skip
+    if rollout is not None:
+        trajectories = rollout.collect(specs, g.group_size, sampling_params(config, rng),
+                                       max_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+    else:
+        with merged_adapters(policy.model):
+            trajectories = collect(
+                envs, specs, g.group_size, policy, tokenizer, sampling_params(config, rng),
+                max_tokens=config.sampling.max_episode_tokens,
+            )  # fmt: skip
     if reward_fns is not None:
         trajectories = reward_fns.score(trajectories)
     rollout_seconds = time.perf_counter() - start
@@ -118,6 +123,10 @@ def train_step(
     stats = learner_steps(config, learner, trajectories, rewards, advantages, tokenizer, beta)
     if policy.model is not learner.model:
         policy.load_weights(learner.named_weights())
+    synced = {}
+    if rollout is not None:
+        synced["rollout/sync_seconds"] = rollout.load_weights(learner.named_weights())
+        synced["rollout/worker_restarts"] = float(rollout.restarts)
     seconds = time.perf_counter() - start
     trained_tokens = sum(sum(t.loss_mask) for t in trajectories)
     metrics: dict[str, float | str] = {
@@ -129,6 +138,7 @@ def train_step(
         "step_seconds": seconds,
         "rollout_seconds": rollout_seconds,
         "tokens_per_second": trained_tokens / seconds,
+        **synced,
     }
     if g.length_penalty:
         metrics["reward/penalised_mean"] = float(rewards.nanmean())
@@ -160,7 +170,7 @@ def learner_steps(config: Config, learner: Learner, trajectories: list[Trajector
     if g.mask_truncated_completions:
         complete = torch.tensor([not t.truncated for t in kept], dtype=batch.loss_mask.dtype)
         batch = batch.masked_rows(complete)
-    runs = [learner.step(batch, beta=beta) for _ in range(g.num_iterations)]
+    runs = [dist.share_step(learner, batch, beta) for _ in range(g.num_iterations)]
     stats.update({key: sum(r[key] for r in runs) / len(runs) for key in runs[0]})
     return stats
 
@@ -187,17 +197,6 @@ def _evaluate(held_out: HeldOut, policy: HFPolicy, stages: Stages, name: str, se
     return results
 
 
-@dataclass
-class Progress:
-    """Where the GRPO loop stands: what a checkpoint must hold to resume it exactly."""
-
-    step: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
-    best_step: int | None = None
-    skipped_steps: int = 0
-    consecutive_skips: int = 0
-
-
 def train(config: Config, resume: Path | None = None) -> Path:
     """Runs the configured pipeline; returns the run directory.
 
@@ -211,11 +210,55 @@ def train(config: Config, resume: Path | None = None) -> Path:
     the run goes on from its step exactly as if it had never stopped. SIGTERM or
     SIGINT stops the run after the current step with a checkpoint (a second
     SIGINT stops at once).
+
+    Under `torchrun --nproc-per-node N -m agentgym train ...` rank 0 runs all of
+    this and writes every file; the other ranks hold copies of the learner and
+    step them on the batches rank 0 shares, each on its share (`agentgym.dist`).
     """
+    if dist.world_size() > 1 and config.distributed.learner == "fsdp":
+        raise ConfigError(
+            "distributed.learner 'fsdp' is not wired into training yet (its checkpoints and "
+            "policy sync need the gathered weights); use 'ddp'"
+        )
+    joined = dist.init()
+    try:
+        if not dist.is_main():
+            return _follow(config, resume)
+        out = _lead(config, resume)
+        dist.release_followers()
+        return out
+    finally:
+        if joined:
+            dist.shutdown()
+
+
+def _follow(config: Config, resume: Path | None) -> Path:
+    """A rank other than 0: builds its learner when rank 0 builds its own (rank 0's
+    weights are copied in), then steps it on the batches rank 0 shares. Writes nothing."""
+    seed_everything(config.run.seed)
+    state = read_state(resume) if resume is not None else None
+    start_model = state["start_model"] if state else config.model.name
+
+    def build() -> Learner:
+        model, _ = load_model_and_tokenizer(start_model)
+        learner = learner_for(config, model.to(dist.device()), start_model, resume)
+        if resume is not None:
+            learner.load_state_dict(read_trainer(resume)["learner"])
+        return learner
+
+    dist.follow(build)
+    return Path(config.run.output)
+
+
+def _lead(config: Config, resume: Path | None) -> Path:
+    """`train` in one process, or on rank 0."""
     run, g, ev = config.run, config.grpo, config.eval
     out = Path(run.output)
     state = read_state(resume) if resume is not None else None
     reward_fns = RewardFunctions(config.rewards)  # a function that cannot load fails here
+    on_ray = config.distributed.backend == "ray"
+    if on_ray:
+        require_ray()  # before the model loads
     seed_everything(run.seed)
     start_model = state["start_model"] if state else config.model.name
     model, tokenizer = load_model_and_tokenizer(start_model)
@@ -225,7 +268,8 @@ def train(config: Config, resume: Path | None = None) -> Path:
         truncate_logs(out, state["step"])
     log = RunLog(out, tensorboard=run.tensorboard,
                  purge_step=state["step"] + 1 if state else None)  # fmt: skip
-    envs = [make_env(run.env, **run.env_kwargs) for _ in range(g.tasks_per_step * g.group_size)]
+    envs = [make_env(run.env, **run.env_kwargs)
+            for _ in range(0 if on_ray else g.tasks_per_step * g.group_size)]  # fmt: skip
     # The selection tasks pick checkpoint-best; the report's are disjoint from them.
     selection = _held_out(config, tokenizer, ev.tasks, 0) if ev.every else None
     report_set = start_set = None
@@ -235,6 +279,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
         if ev.start_n is not None and ev.start_n != ev.n:
             start_set = _held_out(config, tokenizer, ev.report_tasks, ev.tasks, n=ev.start_n)
     results = {k: [task_result(r) for r in v] for k, v in (state or {}).get("evals", {}).items()}
+    rollout = None
     try:
         with Stages() as stages, StopRequest(stages.print) as stop:
             if state is None:
@@ -248,18 +293,21 @@ def train(config: Config, resume: Path | None = None) -> Path:
                 # stopped after SFT, before its evaluation: evaluate the SFT model now
                 results["sft"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
                                            "eval sft", run.seed)  # fmt: skip
-            learner = _learner(config, model, start_model, resume)
+            learner = dist.build_learner(lambda: learner_for(config, model, start_model, resume))
             policy = HFPolicy(learner.model, tokenizer)
             rng = np.random.default_rng(run.seed)
             progress = Progress()
             if state is not None:
-                progress = _restore(state, resume, learner, rng)
+                progress = restore(state, resume, learner, rng)
                 policy.load_weights(learner.named_weights())
             run_state = RunState(config, learner, tokenizer, rng, progress, results, start_model)
             if stop.requested and state is None:  # SFT done, GRPO not begun: step 0
                 _say_stopped(stages, stop, 0, run_state.save(0))
                 return out
-            finished = _grpo(run_state, policy, envs, selection, log, stages, stop, reward_fns)
+            if on_ray:  # workers load the model GRPO starts from, then get the learner's weights
+                rollout = RayRollout(config, start_model, learner.named_weights())
+            finished = _grpo(run_state, policy, envs, selection, log, stages, stop, reward_fns,
+                             rollout)  # fmt: skip
             if not finished:
                 return out
             if progress.history:
@@ -267,6 +315,8 @@ def train(config: Config, resume: Path | None = None) -> Path:
             if report_set is not None:
                 _closing_report(run_state, policy, report_set, stages)
     finally:
+        if rollout is not None:
+            rollout.close()
         log.close()
         reward_fns.close()
         for env in envs:
@@ -304,81 +354,6 @@ def _before_grpo(config, model, tokenizer, stages, results, start_set, report_se
     return model, start_model
 
 
-def _learner(config: Config, model, start_model: str | None, resume: Path | None) -> Learner:
-    """The learner; a resumed run's gets the checkpoint's weights (adapters, or the whole
-    model with the start model as its KL reference)."""
-    if resume is None:
-        return Learner(model, config)
-    if config.lora.enabled:
-        from peft import set_peft_model_state_dict
-
-        learner = Learner(model, config)
-        set_peft_model_state_dict(learner.model, load_file(Path(resume) / ADAPTER_FILE))
-        return learner
-    trained, _ = load_model_and_tokenizer(str(resume))
-    return Learner(trained.to(next(model.parameters()).device), config, reference=model)
-
-
-ADAPTER_FILE = "adapter_model.safetensors"
-
-
-@dataclass
-class RunState:
-    """What a training checkpoint is written from."""
-
-    config: Config
-    learner: Learner
-    tokenizer: Any
-    rng: np.random.Generator
-    progress: Progress
-    results: dict[str, list[TaskResult]]
-    start_model: str | None
-
-    def save(self, step: int) -> Path:
-        """Writes `checkpoint-{step}` (weights, optimizer, schedule, RNG states, counters,
-        the metric history, the evaluations so far) and prunes to `run.keep_last`."""
-        run = self.config.run
-        p = self.progress
-        state = {
-            "start_model": self.start_model,
-            "history": p.history,
-            "best_step": p.best_step,
-            "skipped_steps": p.skipped_steps,
-            "consecutive_skips": p.consecutive_skips,
-            "rng": {
-                "python": random.getstate(),
-                "numpy": _numpy_state(),
-                "run": self.rng.bit_generator.state,
-            },
-            "evals": {k: [dataclasses.asdict(r) for r in v] for k, v in self.results.items()},
-        }
-        trainer = {"learner": self.learner.state_dict(), "torch_rng": torch.get_rng_state()}
-        folder = save_checkpoint(run.output, step, self.learner.model, self.tokenizer,
-                                 self.config, state=state, trainer=trainer)  # fmt: skip
-        prune(run.output, run.keep_last)
-        return folder
-
-
-def _restore(state: dict[str, Any], resume: Path, learner: Learner, rng) -> Progress:
-    """Puts a checkpoint's optimizer, schedule and RNG states back; returns its progress."""
-    trainer = read_trainer(resume)
-    learner.load_state_dict(trainer["learner"])
-    torch.set_rng_state(trainer["torch_rng"])
-    version, internal, gauss = state["rng"]["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["rng"]["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    rng.bit_generator.state = state["rng"]["run"]
-    return Progress(step=state["step"], history=state["history"], best_step=state["best_step"],
-                    skipped_steps=state["skipped_steps"],
-                    consecutive_skips=state["consecutive_skips"])  # fmt: skip
-
-
-def _numpy_state() -> list:
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
-
-
 def _say_stopped(stages: Stages, stop: StopRequest, step: int, folder: Path) -> None:
     stages.print(f"stopped on {stop.requested} after step {step}; checkpoint {folder}. "
                  f"Resume with: agentgym train --resume {folder}")  # fmt: skip
@@ -389,7 +364,7 @@ def _closing_report(rs: RunState, policy: HFPolicy, report_set: HeldOut, stages:
     config, results, out = rs.config, rs.results, Path(rs.config.run.output)
     name = "grpo"
     if rs.progress.best_step is not None:
-        _load_trainable(rs.learner.model, out / BEST)
+        load_trainable(rs.learner.model, out / BEST)
         if policy.model is not rs.learner.model:
             policy.load_weights(rs.learner.named_weights())
         name = f"best@{rs.progress.best_step}"
@@ -403,22 +378,8 @@ def _closing_report(rs: RunState, policy: HFPolicy, report_set: HeldOut, stages:
     print_report(report, stages.bar.console)
 
 
-def _load_trainable(model, folder: Path) -> None:
-    """Loads a checkpoint's trained weights (LoRA adapters, or the whole model) into `model`."""
-    if (folder / ADAPTER_FILE).is_file():
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(model, load_file(folder / ADAPTER_FILE))
-        return
-    missing, unexpected = model.load_state_dict(load_file(folder / "model.safetensors"),
-                                                strict=False)  # fmt: skip
-    absent = {k for k in missing if not ("lm_head" in k and model.config.tie_word_embeddings)}
-    if unexpected or absent:
-        raise ValueError(f"{folder}: weights do not fit the model (missing {sorted(absent)[:3]}, "
-                         f"unexpected {unexpected[:3]})")  # fmt: skip
-
-
-def _grpo(rs: RunState, policy, envs, selection, log, stages, stop, reward_fns) -> bool:
+def _grpo(rs: RunState, policy, envs, selection, log, stages, stop, reward_fns,
+          rollout: RayRollout | None = None) -> bool:  # fmt: skip
     """The GRPO steps from `rs.progress.step + 1`; False when a stop request ended them early.
 
     Each step's non-finite update is skipped and counted; `run.max_skipped_steps`
@@ -432,7 +393,8 @@ def _grpo(rs: RunState, policy, envs, selection, log, stages, stop, reward_fns) 
     while p.step < run.steps:
         step = p.step = p.step + 1
         trajectories, metrics = train_step(config, rs.rng, envs, policy, learner, tokenizer,
-                                           beta=g.beta_at(step), reward_fns=reward_fns)  # fmt: skip
+                                           beta=g.beta_at(step), reward_fns=reward_fns,
+                                           rollout=rollout)  # fmt: skip
         skipped = metrics.get("skipped", 0.0) > 0
         p.skipped_steps += skipped
         p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0

@@ -1,0 +1,283 @@
+"""torch.distributed for the learner: process group, collectives, and rank 0's lead.
+
+Under `torchrun --nproc-per-node N -m agentgym train ...` every process runs
+the same command. Rank 0 does everything a single process does (rollouts,
+evaluations, logs, checkpoints); the other ranks only hold a copy of the
+learner and step it on the batches rank 0 shares with them (`share_step`,
+`follow`). Each rank computes the gradient of its share of the batch and the
+shares are summed (`all_reduce_grads`), so every rank takes the same optimizer
+step: the one a single process takes on the whole batch.
+
+In a single process the collectives are no-ops, or the identity, and rank 0's
+side of the protocol (`build_learner`, `share_step`, `release_followers`) is
+plain `make()` and `learner.step`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+import torch.distributed as tdist
+
+if TYPE_CHECKING:
+    from agentgym.learner import Learner
+    from agentgym.types import Batch
+
+T = TypeVar("T")
+
+BUCKET_BYTES = 25 * 2**20
+"""Most gradient bytes one all-reduce carries (DistributedDataParallel's default bucket)."""
+
+
+def active() -> bool:
+    """Whether a process group of more than one process is initialised."""
+    return tdist.is_available() and tdist.is_initialized() and tdist.get_world_size() > 1
+
+
+def world_size() -> int:
+    """The number of processes: the process group's, else torchrun's WORLD_SIZE, else 1."""
+    return tdist.get_world_size() if active() else int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    """This process's rank: in the process group, else torchrun's RANK (so that it is
+    known before `init` and after `shutdown`), else 0."""
+    return tdist.get_rank() if active() else int(os.environ.get("RANK", "0"))
+
+
+def is_main() -> bool:
+    """Whether this process is rank 0, the one that samples, evaluates and writes files."""
+    return rank() == 0
+
+
+def init(timeout_s: float = 6 * 3600) -> bool:
+    """Joins the process group torchrun describes (WORLD_SIZE, RANK, LOCAL_RANK); True if it did.
+
+    NCCL with CUDA (each rank on GPU LOCAL_RANK), gloo on CPU. Nothing happens when
+    WORLD_SIZE is unset or 1, or the group already exists. The timeout is long
+    because the other ranks wait in a broadcast while rank 0 samples and evaluates;
+    torchrun ends them all if one fails.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or tdist.is_initialized():
+        return False
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    tdist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
+    return True
+
+
+def device() -> torch.device:
+    """The device this rank computes on: its GPU (LOCAL_RANK) with CUDA, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def shutdown() -> None:
+    """Leaves the process group, if this process joined one."""
+    if tdist.is_available() and tdist.is_initialized():
+        tdist.destroy_process_group()
+
+
+def barrier() -> None:
+    """Waits until every rank gets here."""
+    if active():
+        tdist.barrier()
+
+
+def broadcast_object(obj: T, src: int = 0) -> T:
+    """`obj` as rank `src` has it, on every rank (pickled; tensors arrive on the CPU
+    when sent from the CPU)."""
+    if not active():
+        return obj
+    box = [obj]
+    tdist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def shard(items: Sequence[T]) -> list[T]:
+    """This rank's items: every world_size-th from position rank (round robin); all of
+    them in one process.
+
+    The learner deals out micro-batches sorted by length, so round robin gives
+    each rank a similar mix of short and long ones.
+    """
+    if not active():
+        return list(items)
+    return list(items[rank() :: world_size()])
+
+
+def all_reduce_sum(values: dict[str, float], keys: Iterable[str]) -> dict[str, float]:
+    """`values[key]` summed over the ranks for each of `keys` (a rank without one adds 0)."""
+    keys = list(keys)
+    if not active():
+        return {k: values.get(k, 0.0) for k in keys}
+    on = _collective_device()
+    total = torch.tensor([values.get(k, 0.0) for k in keys], dtype=torch.float64, device=on)
+    tdist.all_reduce(total)
+    return dict(zip(keys, total.tolist(), strict=True))
+
+
+def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
+    """Copies rank `src`'s parameters and buffers into every rank's `module` (in place),
+    as DistributedDataParallel does when it wraps a model."""
+    if not active():
+        return
+    tensors = [t.data for t in (*module.parameters(), *module.buffers())]
+    for bucket in _buckets(tensors):
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        tdist.broadcast(flat, src=src)
+        _unflatten_into(flat, bucket)
+
+
+def all_reduce_grads(params: Sequence[torch.nn.Parameter]) -> None:
+    """Sums each parameter's gradient over the ranks, in place.
+
+    A parameter no rank has a gradient for keeps `grad` None, as in one process
+    (AdamW then leaves it alone); one that only some ranks have is 0 on the others.
+    """
+    if not active():
+        return
+    on = _collective_device()
+    has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=on)
+    tdist.all_reduce(has, op=tdist.ReduceOp.MAX)
+    reduced = [p for p, h in zip(params, has.tolist(), strict=True) if h]
+    for p in reduced:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    for bucket in _buckets([p.grad for p in reduced]):
+        flat = torch.cat([g.reshape(-1) for g in bucket])
+        tdist.all_reduce(flat)
+        _unflatten_into(flat, bucket)
+
+
+class _Root(torch.nn.Module):
+    """Runs `fn(model, *args)` as its forward: FSDP's hooks around a root's forward
+    gather the weights outside the decoder layers (embeddings, final norm, head),
+    which the learner's passes use without calling the model's own forward."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, fn: Callable[..., T], *args: Any) -> T:
+        return fn(self.model, *args)
+
+
+def fully_shard_model(model: torch.nn.Module) -> Callable[..., Any]:
+    """Shards `model` over the ranks with FSDP2; returns `run`, which calls `fn(model, *args)`
+    as `run(fn, *args)` with the weights gathered around it.
+
+    Each decoder layer (the classes a transformers model names in
+    `_no_split_modules`) is one unit, gathered only while it runs; the rest is the
+    root's. Gradients are summed over the ranks, not averaged.
+    """
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    unit_types = set(getattr(base, "_no_split_modules", None) or ())
+    units = [m for m in model.modules() if type(m).__name__ in unit_types]
+    if not units:
+        raise ValueError(f"distributed.learner 'fsdp': {type(base).__name__} names no decoder "
+                         "layer class (_no_split_modules) to shard by; use 'ddp'")  # fmt: skip
+    for unit in units:
+        fully_shard(unit)
+    root = fully_shard(_Root(model))
+    for module in root.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+    return root
+
+
+def _collective_device() -> torch.device:
+    return device() if tdist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def _buckets(tensors: Sequence[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
+    """Consecutive runs of tensors of one dtype and device, each up to BUCKET_BYTES."""
+    bucket: list[torch.Tensor] = []
+    size = 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        same = not bucket or (t.dtype == bucket[0].dtype and t.device == bucket[0].device)
+        if bucket and (not same or size + nbytes > BUCKET_BYTES):
+            yield bucket
+            bucket, size = [], 0
+        bucket.append(t)
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+def _unflatten_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
+def build_learner(make: Callable[[], Learner]) -> Learner:
+    """Rank 0's learner, `make()`: the other ranks' `follow` loops build theirs alongside
+    (the learner starts from rank 0's weights, sent as it is built)."""
+    broadcast_object(("build", None, None))
+    return make()
+
+
+def share_step(learner: Learner, batch: Batch, beta: float | None = None) -> dict[str, float]:
+    """Rank 0's `learner.step`: first sends the batch to the other ranks' `follow` loops.
+
+    Every rank then steps on the same whole batch; the learner takes its share.
+    """
+    broadcast_object(("step", batch, beta))
+    return learner.step(batch, beta=beta)
+
+
+def release_followers() -> None:
+    """Rank 0 tells the other ranks' `follow` loops that the run is over."""
+    if is_main():
+        broadcast_object(("stop", None, None))
+
+
+def follow(make: Callable[[], Learner]) -> int:
+    """The whole run of a rank other than 0; returns the learner steps it took.
+
+    It builds its learner with `make()` when rank 0 builds its own (`build_learner`),
+    steps it on each batch rank 0 shares (`share_step`), and returns when rank 0
+    releases it (`release_followers`), which may come before any learner is built.
+    SIGINT and SIGTERM are ignored meanwhile: rank 0 decides when the run stops
+    (after the current step, with a checkpoint), then releases this rank.
+    """
+    learner, steps = None, 0
+    with _ignoring_signals():
+        while True:
+            kind, batch, beta = broadcast_object(("", None, None))
+            if kind == "stop":
+                return steps
+            if kind == "build":
+                learner = make()
+            elif learner is None:
+                raise RuntimeError(f"rank 0 sent {kind!r} before building its learner")
+            elif kind == "step":
+                learner.step(batch, beta=beta)
+                steps += 1
+            else:
+                raise RuntimeError(f"unknown message from rank 0: {kind!r}")
+
+
+@contextlib.contextmanager
+def _ignoring_signals() -> Iterator[None]:
+    previous: dict[int, Any] = {s: signal.signal(s, signal.SIG_IGN)
+                                for s in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

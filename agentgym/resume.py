@@ -1,0 +1,129 @@
+"""What a training run carries across a stop: its progress, and how a checkpoint is written
+from it and read back (`agentgym train --resume`).
+
+A training checkpoint holds, besides the weights: AdamW's and the schedule's
+state, torch's, Python's and NumPy's RNG states, the run's own generator (the
+task stream and the sampling seeds), the step and skip counters, the metric
+history (health checks and best-step selection read it) and the held-out
+evaluations made so far (the closing table needs them). Restored, the run goes
+on bitwise as if it had never stopped, on CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from agentgym.checkpoint import prune, read_trainer, save_checkpoint
+from agentgym.config import Config
+from agentgym.heldout import TaskResult
+from agentgym.learner import Learner
+from agentgym.policy.models import load_model_and_tokenizer
+
+
+@dataclass
+class Progress:
+    """Where the GRPO loop stands: what a checkpoint must hold to resume it exactly."""
+
+    step: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_step: int | None = None
+    skipped_steps: int = 0
+    consecutive_skips: int = 0
+
+
+def learner_for(config: Config, model, start_model: str | None, resume: Path | None) -> Learner:
+    """The learner; a resumed run's gets the checkpoint's weights (adapters, or the whole
+    model with the start model as its KL reference)."""
+    if resume is None:
+        return Learner(model, config)
+    if config.lora.enabled:
+        from peft import set_peft_model_state_dict
+
+        learner = Learner(model, config)
+        set_peft_model_state_dict(learner.model, load_file(Path(resume) / ADAPTER_FILE))
+        return learner
+    trained, _ = load_model_and_tokenizer(str(resume))
+    return Learner(trained.to(next(model.parameters()).device), config, reference=model)
+
+
+ADAPTER_FILE = "adapter_model.safetensors"
+
+
+@dataclass
+class RunState:
+    """What a training checkpoint is written from."""
+
+    config: Config
+    learner: Learner
+    tokenizer: Any
+    rng: np.random.Generator
+    progress: Progress
+    results: dict[str, list[TaskResult]]
+    start_model: str | None
+
+    def save(self, step: int) -> Path:
+        """Writes `checkpoint-{step}` (weights, optimizer, schedule, RNG states, counters,
+        the metric history, the evaluations so far) and prunes to `run.keep_last`."""
+        run = self.config.run
+        p = self.progress
+        state = {
+            "start_model": self.start_model,
+            "history": p.history,
+            "best_step": p.best_step,
+            "skipped_steps": p.skipped_steps,
+            "consecutive_skips": p.consecutive_skips,
+            "rng": {
+                "python": random.getstate(),
+                "numpy": _numpy_state(),
+                "run": self.rng.bit_generator.state,
+            },
+            "evals": {k: [dataclasses.asdict(r) for r in v] for k, v in self.results.items()},
+        }
+        trainer = {"learner": self.learner.state_dict(), "torch_rng": torch.get_rng_state()}
+        folder = save_checkpoint(run.output, step, self.learner.model, self.tokenizer,
+                                 self.config, state=state, trainer=trainer)  # fmt: skip
+        prune(run.output, run.keep_last)
+        return folder
+
+
+def restore(state: dict[str, Any], resume: Path, learner: Learner, rng) -> Progress:
+    """Puts a checkpoint's optimizer, schedule and RNG states back; returns its progress."""
+    trainer = read_trainer(resume)
+    learner.load_state_dict(trainer["learner"])
+    torch.set_rng_state(trainer["torch_rng"])
+    version, internal, gauss = state["rng"]["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["rng"]["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    rng.bit_generator.state = state["rng"]["run"]
+    return Progress(step=state["step"], history=state["history"], best_step=state["best_step"],
+                    skipped_steps=state["skipped_steps"],
+                    consecutive_skips=state["consecutive_skips"])  # fmt: skip
+
+
+def _numpy_state() -> list:
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def load_trainable(model, folder: Path) -> None:
+    """Loads a checkpoint's trained weights (LoRA adapters, or the whole model) into `model`."""
+    if (folder / ADAPTER_FILE).is_file():
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(folder / ADAPTER_FILE))
+        return
+    missing, unexpected = model.load_state_dict(load_file(folder / "model.safetensors"),
+                                                strict=False)  # fmt: skip
+    absent = {k for k in missing if not ("lm_head" in k and model.config.tie_word_embeddings)}
+    if unexpected or absent:
+        raise ValueError(f"{folder}: weights do not fit the model (missing {sorted(absent)[:3]}, "
+                         f"unexpected {unexpected[:3]})")  # fmt: skip

@@ -1,0 +1,126 @@
+"""Two learner steps on a fixed batch, in one process or under torchrun; saves what they gave.
+
+`python -m torch.distributed.run --nproc-per-node 2 tests/distributed_step.py CASES OUT`
+writes OUT/case{i}-rank{r}.pt on each rank for each case: the gradient of the
+batch's loss, two steps' metrics and the trained weights after them.
+`run(overrides)` does the same in the calling process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from agentgym import dist  # noqa: E402
+from agentgym.config import load_config  # noqa: E402
+from agentgym.learner import Learner  # noqa: E402
+from agentgym.policy.models import load_model_and_tokenizer  # noqa: E402
+from agentgym.types import Batch  # noqa: E402
+
+ROWS = 7
+"""Odd, so that no number of ranks or micro-batch size divides it into equal shares."""
+
+
+def fixed_batch(vocab: int, rows: int = ROWS, length: int = 40, shared: int = 20) -> Batch:
+    """Rows sharing a 20-token prompt (the learner runs it once), of different lengths,
+    with two turns under the loss mask and a different advantage each."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, vocab, (rows, length), generator=g)
+    ids[:, :shared] = ids[0, :shared]
+    attention = torch.ones(rows, length, dtype=torch.long)
+    mask = torch.zeros(rows, length - 1)
+    mask[:, shared + 2 : shared + 8] = 1.0
+    mask[:, shared + 12 :] = 1.0
+    for row in range(rows):
+        cut = 3 * row  # right padding: each row a different length
+        if cut:
+            attention[row, -cut:] = 0
+            mask[row, -cut:] = 0.0
+    old = (-torch.rand(rows, length - 1, generator=g) - 1.0) * mask
+    advantages = torch.linspace(-1.0, 1.5, rows)
+    return Batch(ids, attention, mask, old, advantages)
+
+
+def run(overrides: dict, follow: str | None = None) -> dict:
+    """A learner on tiny-random: the gradient `accumulate` gives, then two steps on
+    `fixed_batch`; returns the gradient, the steps' metrics and the trained weights.
+
+    `follow` plays a training run's protocol instead (see `_followed`).
+    """
+    config = load_config(overrides={"optim.lr": 1e-5, "grpo.beta": 0.04, **overrides})
+    model, tokenizer = load_model_and_tokenizer("tiny-random")
+    batch = fixed_batch(len(tokenizer))
+
+    def make() -> Learner:
+        torch.manual_seed(0)  # LoRA's initial adapters
+        return Learner(model, config)
+
+    if follow is not None:
+        return _followed(make, batch, follow)
+    learner = make()
+    grads = _gradient(learner, batch)
+    metrics = [learner.step(batch) for _ in range(2)]
+    return {"grads": grads, "metrics": metrics, "steps": 2, "weights": _weights(learner)}
+
+
+def _followed(make, batch: Batch, how: str) -> dict:
+    """Rank 0 leads as `train` does: builds its learner (`dist.build_learner`) and shares
+    two steps (`dist.share_step`), or with `how` "release" releases the others at once;
+    the other ranks run `dist.follow`."""
+    built: list[Learner] = []
+
+    def build() -> Learner:
+        built.append(make())
+        return built[-1]
+
+    if not dist.is_main():
+        steps = dist.follow(build)
+        weights = _weights(built[0]) if built else {}
+        return {"metrics": [], "steps": steps, "built": len(built), "weights": weights}
+    if how == "release":
+        dist.release_followers()
+        return {"metrics": [], "steps": 0, "built": 0, "weights": {}}
+    learner = dist.build_learner(build)
+    metrics = [dist.share_step(learner, batch) for _ in range(2)]
+    dist.release_followers()
+    return {"metrics": metrics, "steps": 2, "built": len(built), "weights": _weights(learner)}
+
+
+def _weights(learner: Learner) -> dict[str, torch.Tensor]:
+    return {name: w.clone() for name, w in learner.named_weights()}
+
+
+def _gradient(learner: Learner, batch: Batch) -> dict[str, torch.Tensor]:
+    learner.accumulate(batch)
+    grads = {}
+    for name, p in learner.model.named_parameters():
+        if p.grad is not None:
+            grad = p.grad.full_tensor() if learner.sharded else p.grad
+            grads[name] = grad.clone()
+    learner.optimizer.zero_grad(set_to_none=True)
+    return grads
+
+
+def main(argv: list[str]) -> None:
+    """Runs each case of the JSON list argv[0] ({"overrides": {...}, "follow": None});
+    writes argv[1]/case{i}-rank{r}.pt."""
+    cases, out = json.loads(argv[0]), Path(argv[1])
+    dist.init()
+    try:
+        for i, case in enumerate(cases):
+            result = run(case["overrides"], case.get("follow"))
+            torch.save({**result, "world_size": dist.world_size()},
+                       out / f"case{i}-rank{dist.rank()}.pt")  # fmt: skip
+    finally:
+        dist.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
