@@ -45,10 +45,8 @@ def learner_for(config: Config, model, start_model: str | None, resume: Path | N
     if resume is None:
         return Learner(model, config)
     if config.lora.enabled:
-        from peft import set_peft_model_state_dict
-
         learner = Learner(model, config)
-        set_peft_model_state_dict(learner.model, load_file(Path(resume) / ADAPTER_FILE))
+        load_trainable(learner.model, Path(resume))
         return learner
     trained, _ = load_model_and_tokenizer(str(resume))
     return Learner(trained.to(next(model.parameters()).device), config, reference=model)
