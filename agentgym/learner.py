@@ -31,6 +31,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import torch
@@ -421,10 +422,47 @@ class Learner:
             importance_sampling_level=self.config.grpo.importance_sampling_level,
             kl_estimator=self.config.grpo.kl_estimator,
             max_tokens=self.config.sampling.max_episode_tokens,
+            **({} if micro.is_weights is None else {"is_weights": micro.is_weights}),
         )
         stats = (out.policy_loss, out.kl, out.clip_fraction,
                  grpo.masked_mean(entropy, micro.loss_mask))  # fmt: skip
         return out.loss, {key: float(v) for key, v in zip(LOSS_METRICS, stats, strict=True)}
+
+    @torch.no_grad()
+    def old_logprobs(self, batch: Batch) -> torch.Tensor:
+        """The current weights' logprobs [N, L-1] of the batch's tokens, without gradient.
+
+        Computed as the loss computes its logprobs (same temperature, precision and
+        mode), micro-batch by micro-batch, so that before the update the ratio is 1
+        up to float rounding.
+        """
+        batch = _to(batch, next(self.model.parameters()).device)
+        size, temperature = self.config.optim.micro_batch_size, self.config.sampling.temperature
+        out, start = torch.zeros_like(batch.old_logprobs), 0
+        for micro in batch.split(size):  # in order: row i of the batch is row i of `out`
+            with self._forward_context():
+                logp = self._run(token_logprobs, micro, temperature, None, not self.sharded)[0]
+            out[start : start + micro.size, : logp.shape[1]] = logp.float()
+            start += micro.size
+        return out
+
+    def correct_mismatch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+        """The batch against the learner's own old logprobs, with truncated importance
+        weights for the sampler's (`grpo.truncated_is_weights`, cap `grpo.tis_cap`).
+
+        For a sampler that is not the learner's model (vLLM): its logprobs differ from
+        the learner's by kernels and precision, so the clipped ratio is taken against
+        the learner's and the difference is corrected by the weights. Returns the new
+        batch and "rollout/logprob_diff_max", "rollout/is_ratio_mean" and
+        "rollout/is_truncated_fraction".
+        """
+        old = self.old_logprobs(batch)
+        sampler = batch.old_logprobs.to(old.device)
+        mask = batch.loss_mask.to(old.device)
+        weights, stats = grpo.truncated_is_weights(old, sampler, mask, self.config.grpo.tis_cap)
+        batch = replace(batch, old_logprobs=old.to(batch.old_logprobs.device),
+                        is_weights=weights.to(batch.old_logprobs.device))  # fmt: skip
+        return batch, {f"rollout/{k}": float(v) for k, v in stats.items()}
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The trained weights by name, for `Policy.load_weights`.
@@ -465,5 +503,6 @@ def _to(batch: Batch, device: torch.device) -> Batch:
                 batch.old_logprobs,
                 batch.advantages,
             )
-        )
+        ),
+        is_weights=None if batch.is_weights is None else batch.is_weights.to(device),
     )

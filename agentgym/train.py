@@ -6,6 +6,7 @@ checkpoint.py); this file only strings them together, one step at a time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -45,6 +46,7 @@ from agentgym.plots import training_curves
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+from agentgym.policy.vllm import VLLMPolicy, require_vllm, save_model_folder
 from agentgym.ray_rollout import RayRollout, require_ray
 from agentgym.resume import Progress, RunState, learner_for, load_trainable, restore
 from agentgym.reward_fns import RewardFunctions
@@ -95,7 +97,10 @@ def train_step(
     Unscorable episodes (an environment error, a failed reward function) get
     advantage 0 and stay out of the reward figures and the group statistics.
     `rollout` (`distributed.backend: ray`) plays the episodes on its workers instead
-    of `policy` and `envs`, and gets the new weights after the learner step.
+    of `policy` and `envs`, and gets the new weights after the learner step. A policy
+    that is not the learner's own model (vLLM) gets them too, timed
+    (`rollout/weight_sync_seconds`), and frees its GPU memory while the learner steps
+    when it can (`policy.enable_sleep_mode`).
     """
     g = config.grpo
     start = time.perf_counter()
@@ -104,7 +109,7 @@ def train_step(
         trajectories = rollout.collect(specs, g.group_size, sampling_params(config, rng),
                                        max_tokens=config.sampling.max_episode_tokens)  # fmt: skip
     else:
-        with merged_adapters(policy.model):
+        with merged_adapters(getattr(policy, "model", None)):
             trajectories = collect(
                 envs, specs, g.group_size, policy, tokenizer, sampling_params(config, rng),
                 max_tokens=config.sampling.max_episode_tokens,
@@ -120,10 +125,13 @@ def train_step(
         rewards = rewards - g.length_penalty * lengths
     advantages = grpo.group_advantages(rewards, g.group_size, scale=g.scale_rewards,
                                        scorable=scorable)  # fmt: skip
-    stats = learner_steps(config, learner, trajectories, rewards, advantages, tokenizer, beta)
-    if policy.model is not learner.model:
-        policy.load_weights(learner.named_weights())
+    with getattr(policy, "released", contextlib.nullcontext)():
+        stats = learner_steps(config, learner, trajectories, rewards, advantages, tokenizer, beta)
     synced = {}
+    if getattr(policy, "model", None) is not learner.model:
+        sync_start = time.perf_counter()
+        policy.load_weights(learner.named_weights())
+        synced["rollout/weight_sync_seconds"] = time.perf_counter() - sync_start
     if rollout is not None:
         synced["rollout/sync_seconds"] = rollout.load_weights(learner.named_weights())
         synced["rollout/worker_restarts"] = float(rollout.restarts)
@@ -153,7 +161,9 @@ def learner_steps(config: Config, learner: Learner, trajectories: list[Trajector
     Groups whose rewards are all equal are left out first with
     `grpo.drop_zero_variance_groups`, and episodes cut at the token budget are
     masked out of the loss with `grpo.mask_truncated_completions`. Later
-    iterations compare against the same stored old logprobs (the sampler's).
+    iterations compare against the same stored old logprobs: the sampler's, or, with
+    a vLLM sampler, the learner's own, recomputed first, with truncated importance
+    weights for the sampler's (`Learner.correct_mismatch`).
     """
     g = config.grpo
     keep = torch.ones(len(trajectories), dtype=torch.bool)
@@ -170,6 +180,9 @@ def learner_steps(config: Config, learner: Learner, trajectories: list[Trajector
     if g.mask_truncated_completions:
         complete = torch.tensor([not t.truncated for t in kept], dtype=batch.loss_mask.dtype)
         batch = batch.masked_rows(complete)
+    if config.policy.backend == "vllm":
+        batch, mismatch = learner.correct_mismatch(batch)
+        stats.update(mismatch)
     runs = [dist.share_step(learner, batch, beta) for _ in range(g.num_iterations)]
     stats.update({key: sum(r[key] for r in runs) / len(runs) for key in runs[0]})
     return stats
@@ -259,6 +272,8 @@ def _lead(config: Config, resume: Path | None) -> Path:
     on_ray = config.distributed.backend == "ray"
     if on_ray:
         require_ray()  # before the model loads
+    if config.policy.backend == "vllm":
+        require_vllm(config)
     seed_everything(run.seed)
     start_model = state["start_model"] if state else config.model.name
     model, tokenizer = load_model_and_tokenizer(start_model)
@@ -279,7 +294,7 @@ def _lead(config: Config, resume: Path | None) -> Path:
         if ev.start_n is not None and ev.start_n != ev.n:
             start_set = _held_out(config, tokenizer, ev.report_tasks, ev.tasks, n=ev.start_n)
     results = {k: [task_result(r) for r in v] for k, v in (state or {}).get("evals", {}).items()}
-    rollout = None
+    rollout = policy = None
     try:
         with Stages() as stages, StopRequest(stages.print) as stop:
             if state is None:
@@ -293,8 +308,13 @@ def _lead(config: Config, resume: Path | None) -> Path:
                 # stopped after SFT, before its evaluation: evaluate the SFT model now
                 results["sft"] = _evaluate(report_set, HFPolicy(model, tokenizer), stages,
                                            "eval sft", run.seed)  # fmt: skip
+            # the engine starts from the weights GRPO starts from, saved before LoRA wraps them
+            engine_dir = (save_model_folder(model, tokenizer)
+                          if config.policy.backend == "vllm" else None)  # fmt: skip
             learner = dist.build_learner(lambda: learner_for(config, model, start_model, resume))
             policy = HFPolicy(learner.model, tokenizer)
+            if engine_dir is not None:
+                policy = VLLMPolicy.for_learner(engine_dir, learner.model, tokenizer, config)
             rng = np.random.default_rng(run.seed)
             progress = Progress()
             if state is not None:
@@ -317,6 +337,8 @@ def _lead(config: Config, resume: Path | None) -> Path:
     finally:
         if rollout is not None:
             rollout.close()
+        if hasattr(policy, "close"):
+            policy.close()
         log.close()
         reward_fns.close()
         for env in envs:
@@ -365,7 +387,7 @@ def _closing_report(rs: RunState, policy: HFPolicy, report_set: HeldOut, stages:
     name = "grpo"
     if rs.progress.best_step is not None:
         load_trainable(rs.learner.model, out / BEST)
-        if policy.model is not rs.learner.model:
+        if getattr(policy, "model", None) is not rs.learner.model:
             policy.load_weights(rs.learner.named_weights())
         name = f"best@{rs.progress.best_step}"
     results[name] = _evaluate(report_set, policy, stages, "eval best", config.run.seed)

@@ -128,7 +128,9 @@ class Batch:
     Shapes: `input_ids`, `attention_mask` are [N, L]. `loss_mask` and
     `old_logprobs` are [N, L-1] and aligned with the *targets*: position t
     describes token `input_ids[:, t+1]`, which the logits at t predict.
-    `advantages` is [N], one scalar per trajectory.
+    `advantages` is [N], one scalar per trajectory. `is_weights` [N, L-1],
+    when set, are the truncated importance weights between the learner's old
+    logprobs and the sampler's (a vLLM sampler; `Learner.correct_mismatch`).
     """
 
     input_ids: torch.Tensor
@@ -136,6 +138,7 @@ class Batch:
     loss_mask: torch.Tensor
     old_logprobs: torch.Tensor
     advantages: torch.Tensor
+    is_weights: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -186,6 +189,9 @@ class Batch:
                     loss_mask=self.loss_mask[sl, : length - 1],
                     old_logprobs=self.old_logprobs[sl, : length - 1],
                     advantages=self.advantages[sl],
+                    is_weights=None
+                    if self.is_weights is None
+                    else self.is_weights[sl, : length - 1],
                 )
             )
         return out

@@ -1,14 +1,18 @@
-"""Benchmark: tokens/s of agentgym's batched multi-turn rollout vs the tutorial's loop.
+"""Benchmark: tokens/s of agentgym's batched multi-turn rollout, with the transformers and
+the vLLM backends, vs the tutorial's loop.
 
 The peer is the seed tutorial's rollout (section 6): one `model.generate` per
 prompt with the prompt repeated G times (`output_scores=True`, logprobs taken
 from the scores). It plays the same tasks with the same G through the same
 environments, one task group at a time. agentgym batches every live episode of
-all B tasks into one `generate` per turn, with its own KV-cached sampling loop.
-Both sides are measured in this run, on this machine; the ratio is printed.
+all B tasks into one `generate` per turn, with its own KV-cached sampling loop
+(`HFPolicy`) or a vLLM engine (`VLLMPolicy`, started from the same weights, its
+start-up not timed). All are measured in this run, on this machine; the ratios
+are printed. The vLLM backend needs vLLM: run it from .venv-vllm on CPU
+(`make setup-vllm`), or with `pip install -e ".[vllm]"` on a GPU.
 
-    python bench/rollout.py                       # embedded SmolLM2-135M, tool_call env
-    python bench/rollout.py --model tiny-random --env math --tasks 2
+    .venv-vllm/bin/python bench/rollout.py        # embedded SmolLM2-135M, tool_call env
+    python bench/rollout.py --backends hf,tutorial --model tiny-random --env math --tasks 2
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from agentgym.core import make_env
 from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.hf import HFPolicy, stop_token_ids
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+from agentgym.policy.vllm import VLLMPolicy, save_model_folder
 from agentgym.rollout import TaskSpec, collect
 
 
@@ -61,6 +66,33 @@ def sampled_tokens(trajectories) -> int:
     return sum(t.completion_length for t in trajectories)
 
 
+LABELS = {
+    "hf": "agentgym batched, transformers",
+    "vllm": "agentgym batched, vLLM",
+    "tutorial": "tutorial per-prompt loop",
+}
+
+
+def vllm_policy(model, tokenizer, args) -> VLLMPolicy:
+    """An engine started from the benchmark's model, float32 on CPU as the others."""
+    return VLLMPolicy(save_model_folder(model, tokenizer), owns_folder=True,
+                      stop_ids=stop_token_ids(model, tokenizer),
+                      max_model_len=args.max_episode_tokens + args.max_new_tokens)  # fmt: skip
+
+
+def timed_rollout(name, policy, envs, specs, g, tokenizer, params, max_tokens):
+    """Plays the tasks with `policy`; returns (trajectories, seconds). The tutorial's
+    loop plays one task group at a time, as the tutorial does; the others all at once."""
+    start = time.perf_counter()
+    if name == "tutorial":
+        out = []
+        for spec in specs:
+            out += collect(envs[:g], [spec], g, policy, tokenizer, params, max_tokens=max_tokens)
+    else:
+        out = collect(envs, specs, g, policy, tokenizer, params, max_tokens=max_tokens)
+    return out, time.perf_counter() - start
+
+
 def run(args) -> None:
     torch.manual_seed(0)
     model, tokenizer = load_model_and_tokenizer(args.model)
@@ -69,33 +101,35 @@ def run(args) -> None:
     envs = [make_env(args.env) for _ in range(b * g)]
     specs = [TaskSpec(seed=1000 + i) for i in range(b)]
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, seed=0)
-    ours, peer = HFPolicy(model, tokenizer), TutorialLoopPolicy(model, tokenizer)
-    kwargs = {"max_tokens": args.max_episode_tokens}
-
+    backends = args.backends.split(",")
+    unknown = set(backends) - set(LABELS)
+    if unknown:
+        raise SystemExit(f"--backends: unknown {sorted(unknown)}; choose from {list(LABELS)}")
+    makers = {
+        "hf": lambda: HFPolicy(model, tokenizer),
+        "vllm": lambda: vllm_policy(model, tokenizer, args),
+        "tutorial": lambda: TutorialLoopPolicy(model, tokenizer),
+    }
+    print(f"model {resolve_model_name(args.model)}, env {args.env}, B={b} tasks x G={g}, "
+          f"max_new_tokens={args.max_new_tokens}, torch threads {torch.get_num_threads()}",
+          flush=True)  # fmt: skip
+    rate = {}
     warm = [tokenizer.encode("warm up")] * g
-    for policy in (ours, peer):  # first calls pay one-time costs; keep them out of the timing
+    for name in backends:  # each line as soon as it is measured: the slowest comes last
+        policy = makers[name]()
+        # first calls pay one-time costs; keep them out of the timing
         policy.generate(warm, SamplingParams(max_new_tokens=8, seed=0))
-
-    start = time.perf_counter()
-    batched = collect(envs, specs, g, ours, tokenizer, params, **kwargs)
-    ours_s = time.perf_counter() - start
-
-    start = time.perf_counter()
-    looped = []
-    for spec in specs:  # one task group at a time, as the tutorial's loop does
-        looped += collect(envs[:g], [spec], g, peer, tokenizer, params, **kwargs)
-    peer_s = time.perf_counter() - start
-
-    ours_tps, peer_tps = sampled_tokens(batched) / ours_s, sampled_tokens(looped) / peer_s
-    turns = sum(len(t.turns) for t in batched) / len(batched)
-    name = resolve_model_name(args.model)
-    print(f"model {name}, env {args.env}, B={b} tasks x G={g}, max_new_tokens="
-          f"{args.max_new_tokens}, torch threads {torch.get_num_threads()}")  # fmt: skip
-    print(f"agentgym batched rollout : {sampled_tokens(batched):6d} tokens in {ours_s:7.1f} s "
-          f"= {ours_tps:7.1f} tokens/s ({turns:.1f} turns/episode)")  # fmt: skip
-    print(f"tutorial per-prompt loop : {sampled_tokens(looped):6d} tokens in {peer_s:7.1f} s "
-          f"= {peer_tps:7.1f} tokens/s")  # fmt: skip
-    print(f"ratio (agentgym / tutorial): {ours_tps / peer_tps:.2f}x")
+        played, seconds = timed_rollout(name, policy, envs, specs, g, tokenizer, params,
+                                        args.max_episode_tokens)  # fmt: skip
+        if hasattr(policy, "close"):
+            policy.close()
+        tokens, turns = sampled_tokens(played), sum(len(t.turns) for t in played) / len(played)
+        rate[name] = tokens / seconds
+        print(f"{LABELS[name]:31s}: {tokens:6d} tokens in {seconds:7.1f} s "
+              f"= {rate[name]:7.1f} tokens/s ({turns:.1f} turns/episode)", flush=True)  # fmt: skip
+    for a, b_ in (("hf", "tutorial"), ("vllm", "hf"), ("vllm", "tutorial")):
+        if a in rate and b_ in rate:
+            print(f"ratio ({LABELS[a]} / {LABELS[b_]}): {rate[a] / rate[b_]:.2f}x")
 
 
 def main() -> None:
@@ -106,6 +140,8 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4, help="G")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--max-episode-tokens", type=int, default=2048)
+    parser.add_argument("--backends", default="hf,vllm,tutorial",
+                        help="comma-separated, from: hf, vllm, tutorial")  # fmt: skip
     run(parser.parse_args())
 
 

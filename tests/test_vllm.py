@@ -1,0 +1,239 @@
+"""The vLLM policy against the transformers one, on the embedded SmolLM2-135M.
+
+Runs where vLLM is installed: `make test-vllm` runs this file in .venv-vllm (vLLM's CPU
+build); elsewhere every test here skips. Each engine starts in its own worker process
+(vLLM's default) with a 1 GiB KV cache; nothing downloads. The gaps found are printed
+(`pytest -s`). Tiny-random cannot serve here: its head size, 16, is not one vLLM's CPU
+attention has kernels for.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip(
+    "vllm", reason="vLLM is not installed here: `make test-vllm` runs these tests in .venv-vllm"
+)
+
+from agentgym.config import ConfigError, load_config  # noqa: E402
+from agentgym.core import make_env  # noqa: E402
+from agentgym.policy.base import SamplingParams  # noqa: E402
+from agentgym.policy.hf import HFPolicy, stop_token_ids  # noqa: E402
+from agentgym.policy.vllm import VLLMPolicy, require_vllm, save_model_folder  # noqa: E402
+from agentgym.rollout import TaskSpec, collect, render  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+GREEDY = SamplingParams(max_new_tokens=32, temperature=0.0)
+LOGPROB_TOLERANCE = 1e-3
+"""Largest |vLLM - transformers| logprob of one token accepted; both run float32 on CPU."""
+NEAR_TIE = 1e-3
+"""Greedy outputs may part only where transformers' two best tokens are this close (nats)."""
+ENGINE = {"dtype": "float32", "enforce_eager": True, "max_model_len": 2048}
+"""float32 as the transformers side, on a GPU too; no compilation: these tests time nothing."""
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from agentgym.policy.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(None)
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def folder(embedded):
+    """The embedded model as a plain HF folder an engine starts from."""
+    model, tokenizer = embedded
+    path = save_model_folder(model, tokenizer)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def engine(embedded, folder):
+    model, tokenizer = embedded
+    policy = VLLMPolicy(folder, stop_ids=stop_token_ids(model, tokenizer), **ENGINE)
+    yield policy
+    policy.close()
+
+
+@pytest.fixture(scope="module")
+def prompts(embedded):
+    """The first-turn prompts of four tool_call tasks, as the rollout builds them."""
+    _, tokenizer = embedded
+    env = make_env("tool_call")
+    out = []
+    for seed in range(4):
+        obs, _ = env.reset(seed=seed)
+        out.append(tokenizer.encode(render(tokenizer, obs, True), add_special_tokens=False))
+    env.close()
+    return out
+
+
+def _top2_gap(model, prompt: list[int], prefix: tuple[int, ...]) -> float:
+    """Transformers' logprob gap between its two best next tokens after prompt + prefix."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + list(prefix)])).logits[0, -1]
+    top = torch.log_softmax(logits.float(), -1).topk(2).values
+    return float(top[0] - top[1])
+
+
+def _compare_greedy(model, tokenizer, engine, prompts, label: str) -> list[tuple[int, ...]]:
+    """Greedy outputs of both backends; they must agree up to any first divergence, which
+    must fall on a near-tie of transformers' logits. Prints what it finds."""
+    ours = engine.generate(prompts, GREEDY)
+    theirs = HFPolicy(model, tokenizer).generate(prompts, GREEDY)
+    for prompt, a, b in zip(prompts, ours, theirs, strict=True):
+        common = next(
+            (i for i, (x, y) in enumerate(zip(a.ids, b.ids, strict=False)) if x != y), None
+        )
+        if common is None and len(a.ids) == len(b.ids):
+            gap = max(abs(p - q) for p, q in zip(a.logprobs, b.logprobs, strict=True))
+            print(f"{label}: {len(a.ids)} tokens agree, max logprob gap {gap:.2e}")
+            assert gap < LOGPROB_TOLERANCE
+            continue
+        common = common if common is not None else min(len(a.ids), len(b.ids))
+        tie = _top2_gap(model, prompt, b.ids[:common])
+        print(f"{label}: first divergence at token {common}, transformers' top-2 gap {tie:.2e}")
+        assert tie < NEAR_TIE, f"{label}: outputs part at token {common} without a near-tie"
+    return [b.ids for b in theirs]
+
+
+@pytest.mark.slow
+def test_greedy_outputs_and_logprobs_agree_with_transformers(embedded, engine, prompts):
+    model, tokenizer = embedded
+    _compare_greedy(model, tokenizer, engine, prompts, "greedy")
+
+
+@pytest.mark.slow
+def test_sampled_logprobs_match_transformers_recomputed(embedded, engine, prompts):
+    model, _ = embedded
+    params = SamplingParams(max_new_tokens=32, temperature=0.7, seed=3)
+    gaps = []
+    for prompt, gen in zip(prompts, engine.generate(prompts, params), strict=True):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + list(gen.ids)])).logits[0].float()
+        logp = torch.log_softmax(logits[len(prompt) - 1 : -1] / params.temperature, -1)
+        theirs = logp.gather(-1, torch.tensor(gen.ids)[:, None]).squeeze(-1)
+        gaps.append(float((theirs - torch.tensor(gen.logprobs)).abs().max()))
+    print(f"sampled at T=0.7: max |vLLM - transformers| logprob {max(gaps):.2e}")
+    assert max(gaps) < LOGPROB_TOLERANCE
+
+
+@pytest.mark.slow
+def test_a_group_samples_differently_and_a_seed_replays_it(engine, prompts):
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=11)
+    group = engine.generate([prompts[0]] * 8, params)
+    assert len({g.ids for g in group}) > 1
+    assert [g.ids for g in engine.generate([prompts[0]] * 8, params)] == [g.ids for g in group]
+    streams = list(range(100, 108))
+    coupled = engine.generate([prompts[0]] * 8, params, streams)
+    assert [g.ids for g in engine.generate([prompts[0]] * 8, params, streams)] == [
+        g.ids for g in coupled
+    ]
+    for g in group:
+        assert all(math.isfinite(x) and x <= 0 for x in g.logprobs)
+        stops = [i for i, t in enumerate(g.ids) if t in engine.stop_ids]
+        assert stops in ([], [len(g.ids) - 1])
+        assert (g.finish_reason == "stop") == bool(stops)
+
+
+@pytest.mark.slow
+def test_a_multi_turn_rollout_continues_from_the_exact_ids(embedded, engine):
+    _, tokenizer = embedded
+    envs = [make_env("tool_call") for _ in range(4)]
+    params = SamplingParams(max_new_tokens=48, temperature=1.0, seed=5)
+    trajectories = collect(envs, [TaskSpec(seed=1), TaskSpec(seed=2)], 2, engine, tokenizer,
+                           params, max_tokens=1024)  # fmt: skip
+    for t in trajectories:
+        assert len(t.tokens) == len(t.loss_mask) == len(t.logprobs)
+        for start, end in t.turn_spans:
+            assert all(t.loss_mask[start:end]) and all(lp <= 0 for lp in t.logprobs[start:end])
+    for env in envs:
+        env.close()
+
+
+@pytest.mark.slow
+def test_synced_weights_change_greedy_output_as_in_transformers(embedded, engine, prompts):
+    model, tokenizer = embedded
+    before = _compare_greedy(model, tokenizer, engine, prompts, "before sync")
+    changed = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.mul_(1 + 0.05 * torch.randn(p.shape, generator=g))
+    engine.load_weights(changed.named_parameters())
+    after = _compare_greedy(changed, tokenizer, engine, prompts, "after sync")
+    assert after != before
+    engine.load_weights(model.named_parameters())  # and back, for the tests after this one
+    assert _compare_greedy(model, tokenizer, engine, prompts, "synced back") == before
+
+
+@pytest.mark.slow
+def test_lora_adapters_are_served_unmerged_as_new_versions(embedded, folder, prompts):
+    from peft import LoraConfig, get_peft_model
+
+    model, tokenizer = embedded
+    peft_model = get_peft_model(copy.deepcopy(model), LoraConfig(r=8, lora_alpha=16,
+                                target_modules="all-linear", task_type="CAUSAL_LM"))  # fmt: skip
+    policy = VLLMPolicy(folder, stop_ids=stop_token_ids(model, tokenizer),
+                        lora=peft_model.peft_config["default"], **ENGINE)  # fmt: skip
+    try:
+        base = _compare_greedy(peft_model, tokenizer, policy, prompts, "lora v0")
+        g, outputs = torch.Generator().manual_seed(1), [base]
+        for version in (1, 2):
+            with torch.no_grad():
+                for name, p in peft_model.named_parameters():
+                    if "lora_B" in name:
+                        p.copy_(0.02 * torch.randn(p.shape, generator=g))
+            policy.load_weights((n, p) for n, p in peft_model.named_parameters() if p.requires_grad)
+            assert policy.lora_request.lora_int_id == version
+            outputs.append(_compare_greedy(peft_model, tokenizer, policy, prompts,
+                                           f"lora v{version}"))  # fmt: skip
+        assert outputs[1] != outputs[0] and outputs[2] != outputs[1]
+    finally:
+        policy.close()
+
+
+def test_sleep_mode_is_refused_on_cpu_before_an_engine_starts(embedded, folder):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU has sleep mode")
+    model, tokenizer = embedded
+    with pytest.raises(ValueError, match="policy.enable_sleep_mode"):
+        VLLMPolicy(folder, stop_ids=stop_token_ids(model, tokenizer), max_model_len=256,
+                   enable_sleep_mode=True)  # fmt: skip
+    with pytest.raises(ConfigError, match="policy.enable_sleep_mode"):
+        require_vllm(load_config(overrides={"policy.enable_sleep_mode": True}))
+
+
+@pytest.mark.slow
+def test_two_steps_of_agentgym_train_with_the_vllm_policy(tmp_path):
+    out = tmp_path / "run"
+    sets = ["grpo.group_size=2", "grpo.tasks_per_step=2", "sampling.max_new_tokens=48",
+            "sampling.max_episode_tokens=1024", "lora.enabled=true", "optim.lr=1e-4",
+            "run.tensorboard=false", "run.save_every=2"]  # fmt: skip
+    cmd = [sys.executable, "-m", "agentgym", "train", "--env", "tool_call", "--policy", "vllm",
+           "--steps", "2", "--output", str(out)]  # fmt: skip
+    for item in sets:
+        cmd += ["--set", item]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    # float32 on both sides on CPU; on a GPU the engine samples in bfloat16
+    bound = 2.0 if torch.cuda.is_available() else 0.1
+    for r in records:
+        print({k: round(r[k], 4) for k in ("rollout/weight_sync_seconds",
+               "rollout/logprob_diff_max", "rollout/is_ratio_mean", "step_seconds")})  # fmt: skip
+        assert r["rollout/weight_sync_seconds"] > 0
+        assert 0 <= r["rollout/logprob_diff_max"] < bound
+        assert r["rollout/is_ratio_mean"] == pytest.approx(1.0, abs=bound / 2)
