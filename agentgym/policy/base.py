@@ -56,3 +56,13 @@ class Policy(Protocol):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copies updated weights in, after a learner step."""
         ...
+
+
+def check_generate_args(prompts: list[list[int]], streams: Sequence[int] | None) -> None:
+    """The checks every backend's `generate` makes first: a prompt at least, none empty,
+    and one stream per prompt when streams are given."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate() needs at least one prompt, and no empty prompt")
+    if streams is not None and len(streams) != len(prompts):
+        raise ValueError(f"generate() got {len(streams)} streams for {len(prompts)} prompts;"
+                         " give one per prompt, or none")  # fmt: skip

@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 
-from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.base import Generation, SamplingParams, check_generate_args
 
 
 def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
@@ -274,11 +274,7 @@ class HFPolicy:
         streams: Sequence[int] | None = None,
     ) -> list[Generation]:
         """Samples one completion per prompt; see `Policy.generate`."""
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("generate() needs at least one prompt, and no empty prompt")
-        if streams is not None and len(streams) != len(prompts):
-            raise ValueError(f"generate() got {len(streams)} streams for {len(prompts)} prompts;"
-                             " give one per prompt, or none")  # fmt: skip
+        check_generate_args(prompts, streams)
         if params.seed is not None:
             self._generator = torch.Generator(self.device).manual_seed(params.seed)
         keys = None if streams is None else np.array([s % 2**64 for s in streams], np.uint64)

@@ -48,7 +48,7 @@ import torch
 from safetensors.torch import save_file
 
 from agentgym.config import ConfigError
-from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.base import Generation, SamplingParams, check_generate_args
 
 if TYPE_CHECKING:
     from agentgym.config import Config
@@ -243,11 +243,7 @@ class VLLMPolicy:
         from vllm import SamplingParams as VLLMParams
         from vllm.inputs import TokensPrompt
 
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("generate() needs at least one prompt, and no empty prompt")
-        if streams is not None and len(streams) != len(prompts):
-            raise ValueError(f"generate() got {len(streams)} streams for {len(prompts)} prompts;"
-                             " give one per prompt, or none")  # fmt: skip
+        check_generate_args(prompts, streams)
         too_long = [len(p) for p in prompts if len(p) >= self.max_model_len]
         if too_long:
             raise ValueError(
