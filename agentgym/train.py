@@ -445,14 +445,17 @@ def _grpo(rs: RunState, policy, envs, selection, log, stages, stop, reward_fns,
             )
         halt = bool(warnings) and run.stop_on_health
         folder = None
-        if step % run.save_every == 0 or step == run.steps or halt or stop.requested:
+        # Read once: a signal that lands between the save and the stop below would
+        # otherwise stop the run without its checkpoint; a later one stops the next step.
+        stopping = stop.requested is not None
+        if step % run.save_every == 0 or step == run.steps or halt or stopping:
             folder = rs.save(step)
         note = f"reward {metrics['reward/mean']:+.3f}  {metrics['step_seconds']:.1f}s/step"
         if "eval/correctness" in metrics:
             note += f"  held-out {metrics['eval/correctness']:.3f}"
         stages.advance(task)
         stages.note(task, f"step {step}: {note}")
-        if stop.requested:
+        if stopping:
             _say_stopped(stages, stop, step, folder)
             return False
         if halt:
