@@ -274,7 +274,8 @@ class DistributedConfig(_Section):
     backend: Literal["none", "ray"] = Field(
         "none",
         description="Where rollouts run: 'none' in this process, 'ray' on Ray actors "
-        "(rollout_workers of them, each with its own policy and environments).",
+        "(rollout_workers of them, each with its own policy, transformers or a vLLM engine "
+        "as policy.backend says, and its own environments).",
     )
     rollout_workers: int = Field(1, ge=1, description="Ray rollout actors (backend: ray).")
     ray_address: str | None = Field(
@@ -284,12 +285,33 @@ class DistributedConfig(_Section):
     max_worker_restarts: int = Field(
         3, ge=0, description="Restarts of a rollout actor that died, before the run fails."
     )
+    weight_sync: Literal["object_store", "collective"] = Field(
+        "object_store",
+        description="How new weights reach the Ray workers after each learner step: "
+        "'object_store', a CPU copy through Ray's object store, or 'collective', a broadcast "
+        "from the learner in a process group of its own with the workers (NCCL where the "
+        "weights and workers are on GPUs, gloo otherwise); the driver must be on a cluster "
+        "node (not a ray:// client).",
+    )
     learner: Literal["ddp", "fsdp"] = Field(
         "ddp",
         description="Under torchrun (WORLD_SIZE > 1): 'ddp', a full replica per rank with the "
-        "gradients summed by all-reduce, or 'fsdp', weights sharded (learner step only, not yet "
-        "in agentgym train). Gloo on CPU, NCCL on GPUs.",
+        "gradients summed by all-reduce, or 'fsdp', weights, gradients and optimizer state "
+        "sharded (rank 0 keeps a whole copy to sample with and save; policy.backend 'hf', "
+        "distributed.backend 'none'). Gloo on CPU, NCCL on GPUs.",
     )
+
+    @model_validator(mode="after")
+    def _collective_on_ray(self) -> DistributedConfig:
+        if self.weight_sync == "collective" and self.backend != "ray":
+            raise ValueError("weight_sync 'collective' sends weights to Ray rollout workers; "
+                             "it needs distributed.backend 'ray'")  # fmt: skip
+        if self.weight_sync == "collective" and (self.ray_address or "").startswith("ray://"):
+            raise ValueError(
+                "weight_sync 'collective' needs the driver on a node of the cluster (the "
+                "workers connect to it); through a Ray client (ray://) use 'object_store'"
+            )
+        return self
 
 
 class Config(_Section):
@@ -306,15 +328,6 @@ class Config(_Section):
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     run: RunConfig = Field(default_factory=RunConfig)
-
-    @model_validator(mode="after")
-    def _vllm_in_process(self) -> Config:
-        if self.policy.backend == "vllm" and self.distributed.backend == "ray":
-            raise ValueError(
-                "policy.backend 'vllm' runs its engine in the training process; with "
-                "distributed.backend 'ray' the workers sample with transformers: choose one"
-            )
-        return self
 
 
 class ConfigError(ValueError):

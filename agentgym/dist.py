@@ -8,6 +8,10 @@ learner and step it on the batches rank 0 shares with them (`share_step`,
 shares are summed (`all_reduce_grads`), so every rank takes the same optimizer
 step: the one a single process takes on the whole batch.
 
+With `distributed.learner: fsdp` no rank holds the weights or the optimizer state
+whole; rank 0 has every rank take part when it gathers them, for its sampler
+(`share_weights`) and for a checkpoint (`share_state`); see `agentgym.fsdp_sync`.
+
 In a single process the collectives are no-ops, or the identity, and rank 0's
 side of the protocol (`build_learner`, `share_step`, `release_followers`) is
 plain `make()` and `learner.step`.
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as tdist
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 if TYPE_CHECKING:
     from agentgym.learner import Learner
@@ -197,6 +202,45 @@ def fully_shard_model(model: torch.nn.Module) -> Callable[..., Any]:
     return root
 
 
+def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """`optimizer.state_dict()` of sharded parameters as one process would have it: each
+    sharded state tensor (AdamW's moments) gathered whole, on the CPU.
+
+    Every rank must call it, in step: each tensor is gathered from all ranks. Only rank 0
+    keeps the gathered tensors; on the others they read None, so that no rank but the
+    one that writes checkpoints holds a second whole copy of the optimizer state.
+    """
+    packed = optimizer.state_dict()
+    state = {}
+    for index in sorted(packed["state"]):  # the same order on every rank
+        state[index] = {key: _gathered(value) for key, value in packed["state"][index].items()}
+    return {**packed, "state": state}
+
+
+def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Loads a whole optimizer state (one process's, or `full_optimizer_state`'s) into an
+    optimizer of sharded parameters: each rank keeps its own shard of each tensor, cut
+    from the whole one it read, with no communication."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    shards = {}
+    for index, entry in state["state"].items():
+        param = params[int(index)]
+        shards[index] = {
+            key: distribute_tensor(value, param.device_mesh, param.placements, src_data_rank=None)
+            if isinstance(param, DTensor) and torch.is_tensor(value) and value.shape == param.shape
+            else value
+            for key, value in entry.items()
+        }
+    optimizer.load_state_dict({**state, "state": shards})
+
+
+def _gathered(value: Any) -> Any:
+    if not isinstance(value, DTensor):
+        return value
+    whole = value.full_tensor()
+    return whole.cpu() if is_main() else None
+
+
 def _collective_device() -> torch.device:
     return device() if tdist.get_backend() == "nccl" else torch.device("cpu")
 
@@ -240,6 +284,22 @@ def share_step(learner: Learner, batch: Batch, beta: float | None = None) -> dic
     return learner.step(batch, beta=beta)
 
 
+def share_weights(learner: Learner) -> Iterator[tuple[str, torch.Tensor]]:
+    """Rank 0's `learner.named_weights()`, for a policy that samples with its own copy of
+    the weights: the other ranks' `follow` loops go through theirs alongside, since a
+    sharded learner gathers each weight from every rank. Rank 0 must go through all of them.
+    """
+    broadcast_object(("weights", None, None))
+    return learner.named_weights()
+
+
+def share_state(learner: Learner) -> dict[str, Any]:
+    """Rank 0's `learner.state_dict()`, for a checkpoint: the other ranks' `follow` loops
+    take part, since a sharded learner gathers its optimizer state from every rank."""
+    broadcast_object(("state", None, None))
+    return learner.state_dict()
+
+
 def release_followers() -> None:
     """Rank 0 tells the other ranks' `follow` loops that the run is over."""
     if is_main():
@@ -250,8 +310,10 @@ def follow(make: Callable[[], Learner]) -> int:
     """The whole run of a rank other than 0; returns the learner steps it took.
 
     It builds its learner with `make()` when rank 0 builds its own (`build_learner`),
-    steps it on each batch rank 0 shares (`share_step`), and returns when rank 0
-    releases it (`release_followers`), which may come before any learner is built.
+    steps it on each batch rank 0 shares (`share_step`), takes part in gathering its
+    weights and its optimizer state when rank 0 does (`share_weights`, `share_state`),
+    and returns when rank 0 releases it (`release_followers`), which may come before
+    any learner is built.
     SIGINT and SIGTERM are ignored meanwhile: rank 0 decides when the run stops
     (after the current step, with a checkpoint), then releases this rank.
     """
@@ -268,6 +330,11 @@ def follow(make: Callable[[], Learner]) -> int:
             elif kind == "step":
                 learner.step(batch, beta=beta)
                 steps += 1
+            elif kind == "weights":
+                for _ in learner.named_weights():
+                    pass
+            elif kind == "state":
+                learner.state_dict()
             else:
                 raise RuntimeError(f"unknown message from rank 0: {kind!r}")
 

@@ -231,6 +231,12 @@ def _wrap_lora(model: PreTrainedModel, config: Config) -> PreTrainedModel:
     return get_peft_model(model, peft_config)
 
 
+def _has_adapters(model) -> bool:
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
 def lr_factor(config: Config, done: int) -> float:
     """The learning rate's multiplier after `done` optimizer steps: linear warm-up from 0
     over `optim.warmup_steps`, then constant, or a linear or half-cosine decay to 0 at
@@ -250,7 +256,8 @@ class Learner:
     """Holds the trained model, its optimizer and schedule, and the KL reference.
 
     Args:
-        model: The policy model; wrapped with LoRA adapters when config.lora.enabled.
+        model: The policy model; wrapped with LoRA adapters when config.lora.enabled
+            (unless it is a peft model already: a resumed run loads its adapters first).
         config: The run's config (grpo, optim, lora, sampling, model and run sections).
         reference: The KL reference of a full fine-tune, when it is not `model` as
             given (a resumed run passes the model it started from); LoRA runs ignore it.
@@ -263,7 +270,8 @@ class Learner:
     def __init__(self, model: PreTrainedModel, config: Config,
                  reference: PreTrainedModel | None = None):  # fmt: skip
         self.config = config
-        self.model = _wrap_lora(model, config) if config.lora.enabled else model
+        wrap = config.lora.enabled and not _has_adapters(model)
+        self.model = _wrap_lora(model, config) if wrap else model
         self.model.train()
         dist.broadcast_module(self.model)
         self.sharded = dist.active() and config.distributed.learner == "fsdp"
@@ -356,13 +364,23 @@ class Learner:
         return {**totals, "grad_norm": grad_norm, "lr": lr, "skipped": float(not finite)}
 
     def state_dict(self) -> dict:
-        """The optimizer's and the schedule's state, and the KL coefficient, for a checkpoint."""
-        return {"optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "beta": self.beta}  # fmt: skip
+        """The optimizer's and the schedule's state, and the KL coefficient, for a checkpoint.
+
+        When `sharded`, the optimizer state is gathered whole, as one process has it
+        (`dist.full_optimizer_state`): every rank must call this, in step.
+        """
+        optimizer = (dist.full_optimizer_state(self.optimizer) if self.sharded
+                     else self.optimizer.state_dict())  # fmt: skip
+        return {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
+                "beta": self.beta}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores what `state_dict` returned (a resumed run)."""
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Restores what `state_dict` returned (a resumed run); when `sharded`, each rank
+        keeps its shard of the whole optimizer state."""
+        if self.sharded:
+            dist.load_full_optimizer_state(self.optimizer, state["optimizer"])
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.beta = state["beta"]
 

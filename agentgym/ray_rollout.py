@@ -1,26 +1,45 @@
 """Rollout workers as Ray actors (`distributed.backend: ray`).
 
-Each worker is a Ray actor holding its own copy of the model (the run's start
-model, LoRA-wrapped as the learner's is), its own `HFPolicy` and its own
-environments. A step's task groups are spread over the workers whole and in
-order (all G episodes of a task on one worker), each worker runs the ordinary
-`rollout.collect` on its share, and the trajectories come back in the order the
-in-process rollout would give them. Sampling draws each episode's random
-numbers from a stream named by (seed, task, member, turn), so an episode does
-not depend on which worker plays it nor on what else is in its batch: with the
-same weights, the Ray rollout gives the in-process rollout's trajectories.
+Each worker is a Ray actor with its own policy and its own environments: a copy
+of the model (the run's start model, LoRA-wrapped as the learner's is) sampled
+by `HFPolicy`, or, with `policy.backend: vllm`, a vLLM engine of its own
+(`VLLMPolicy`, in a process the actor starts). A step's task groups are spread
+over the workers whole and in order (all G episodes of a task on one worker),
+each worker runs the ordinary `rollout.collect` on its share, and the
+trajectories come back in the order the in-process rollout would give them.
+Sampling draws each episode's random numbers from a stream named by (seed, task,
+member, turn), so an episode does not depend on which worker plays it nor on
+what else is in its batch: with the same weights, transformers workers give the
+in-process rollout's trajectories (vLLM samples with its own random numbers).
 
 After each learner step the trainable weights (the LoRA adapters, or the whole
-model) are put once into Ray's object store and every worker copies them in by
-name. A collective broadcast from the learner's GPU to the workers' GPUs (NCCL,
-as vLLM-based trainers do) would be faster where GPUs are present; it is not
-implemented: on GPUs too, weights go through the object store, via CPU memory.
+model) reach every worker by one of two paths (`distributed.weight_sync`):
+
+- `object_store`: put once into Ray's object store (a CPU copy), and every
+  worker copies them in by name.
+- `collective`: broadcast from the learner, rank 0 of a torch.distributed group
+  of its own with the workers (`agentgym.weight_sync`; NCCL where the weights
+  and the workers are on GPUs, gloo otherwise), in buckets; every worker copies
+  each bucket's tensors in by name as it arrives. The group is formed at the
+  first sync and kept; a vLLM worker then hands what it received to its
+  engine through `VLLMPolicy.load_weights`, i.e. not by NCCL into the engine.
+
+`sync_path` says which path the last sync took; `load_weights` returns its seconds.
 
 A worker that dies (its process killed, its node lost) is restarted by Ray
-(`max_restarts`); the driver notices the failed call, sends the restarted
-worker the current weights, and sends it its groups again. Restarts are
-counted; past `distributed.max_worker_restarts` of one worker the run stops
-with a `TrainingError`.
+(`max_restarts`). Every answer of a worker names its process (an incarnation
+id), so the driver also sees a restart that happened between two calls. It
+then sends the restarted worker the current weights through the object store
+(from the learner's tensors, which do not change between a sync and the next
+rollout), and sends it its call again (its groups, or a sync). A collective
+group cannot take a new member in place of a dead one, so the driver drops the
+group and the next sync forms a new one with every worker; until then the
+restarted worker has its weights from the object store. A collective sync that
+fails midway (a member dies, a broadcast times out) is aborted everywhere and
+that sync is done again through the object store (`sync_path` says so), and the
+next sync forms a new group. Restarts are counted; past
+`distributed.max_worker_restarts` of one worker the run stops with a
+`TrainingError`.
 """
 
 from __future__ import annotations
@@ -30,12 +49,14 @@ import os
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import torch
 
+from agentgym import weight_sync
 from agentgym.config import Config, ConfigError, DistributedConfig
 from agentgym.core import make_env
 from agentgym.interrupt import TrainingError
@@ -45,9 +66,20 @@ from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout import TaskSpec, collect
 from agentgym.types import Trajectory
+from agentgym.weight_sync import (
+    GROUP_TIMEOUT_S,
+    GroupAddress,
+    SyncGroup,
+    TensorMeta,
+    describe,
+    serve_store,
+)
 
 UNAVAILABLE_WAIT_S = 60.0
 """How long a worker may stay unreachable (neither answering nor reported dead)."""
+
+Reply = tuple[str, Any]
+"""A worker's answer: its incarnation, and the call's value."""
 
 
 def require_ray() -> Any:
@@ -72,12 +104,13 @@ def spread_groups(groups: int, workers: int) -> list[range]:
 
 
 class RolloutWorker:
-    """One rollout worker: a model, its policy and environments (a Ray actor's body).
+    """One rollout worker: a policy and environments (a Ray actor's body).
 
     A plain class, so it runs in-process too; `RayRollout` makes it an actor.
+    Every method but `close` answers a `Reply`: (this process's incarnation, value).
 
     Args:
-        config: The run's config (model, lora and run sections are read).
+        config: The run's config (model, lora, policy and run sections are read).
         model_name: The model GRPO started from (the SFT checkpoint after a warm-up).
         envs: How many environments to make: the most groups it plays times G.
         threads: torch's intra-op threads, to match the CPUs Ray gave the actor.
@@ -85,33 +118,97 @@ class RolloutWorker:
 
     def __init__(self, config: Config, model_name: str | None, envs: int, threads: int):
         torch.set_num_threads(threads)
-        model, self.tokenizer = load_model_and_tokenizer(model_name)
-        model = model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-        if config.lora.enabled:  # the learner's adapter names, so its weights load by name
-            model = _wrap_lora(model, config)
-        self.policy = HFPolicy(model, self.tokenizer)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.policy: Any
+        if config.policy.backend == "vllm":
+            self.policy, self.tokenizer = _vllm_policy(config, model_name)
+        else:
+            model, self.tokenizer = load_model_and_tokenizer(model_name)
+            model = model.to(self.device)
+            if config.lora.enabled:  # the learner's adapter names, so its weights load by name
+                model = _wrap_lora(model, config)
+            self.policy = HFPolicy(model, self.tokenizer)
         self.envs = [make_env(config.run.env, **config.run.env_kwargs) for _ in range(envs)]
         self.incarnation = uuid.uuid4().hex  # a restarted actor gets a new one
+        self._group: SyncGroup | None = None
 
-    def identity(self) -> str:
-        """This process's incarnation: it changes when Ray restarts the actor."""
-        return self.incarnation
+    def hello(self) -> Reply:
+        """This process's incarnation, and where its weights live ("cpu" or "cuda")."""
+        return self.incarnation, self.device.type
 
-    def load_weights(self, named_tensors: dict[str, torch.Tensor]) -> None:
+    def load_weights(self, named_tensors: dict[str, torch.Tensor]) -> Reply:
         """Copies the learner's trainable weights in, by name."""
         self.policy.load_weights(named_tensors.items())
+        return self.incarnation, None
+
+    def join(self, address: GroupAddress, rank: int) -> Reply:
+        """Joins the weight-sync group at `address` as `rank`, leaving any older one."""
+        import ray
+
+        self._leave()
+        self._group = SyncGroup(address, rank, ray.util.get_node_ip_address(), self.device)
+        return self.incarnation, None
+
+    def receive(self, generation: int, metas: Sequence[TensorMeta]) -> Reply:
+        """Takes the learner's broadcast of `metas` in group `generation`: each bucket's
+        tensors are copied in as it arrives (a vLLM engine gets them all in one reload)."""
+        group = self._group
+        if group is None or group.address.generation != generation:
+            raise RuntimeError(f"this worker is not in weight-sync group {generation}")
+        try:
+            if isinstance(self.policy, HFPolicy):
+                for bucket in group.receive(metas):
+                    self.policy.load_weights(bucket)
+            else:
+                self.policy.load_weights([(n, t.cpu()) for bucket in group.receive(metas)
+                                          for n, t in bucket])  # fmt: skip
+        except BaseException:
+            self._leave()  # the group is broken: the driver forms a new one
+            raise
+        return self.incarnation, None
+
+    def weights(self, names: Sequence[str]) -> Reply:
+        """Copies of the named parameters this worker samples with (transformers only)."""
+        params = dict(self.policy.model.named_parameters())
+        return self.incarnation, {n: params[n].detach().cpu().clone() for n in names}
 
     def collect(self, specs: Sequence[TaskSpec], group_size: int, params: SamplingParams,
-                max_tokens: int | None) -> list[Trajectory]:  # fmt: skip
+                max_tokens: int | None) -> Reply:  # fmt: skip
         """`rollout.collect` over this worker's groups; groups are numbered from 0."""
-        with merged_adapters(self.policy.model):
-            return collect(self.envs, specs, group_size, self.policy, self.tokenizer, params,
-                           max_tokens=max_tokens)  # fmt: skip
+        with merged_adapters(getattr(self.policy, "model", None)):
+            played = collect(self.envs, specs, group_size, self.policy, self.tokenizer, params,
+                             max_tokens=max_tokens)  # fmt: skip
+        return self.incarnation, played
 
     def close(self) -> None:
-        """Closes the environments (sandbox pools, tool processes)."""
+        """Leaves the group, closes the environments (sandbox pools, tool processes) and
+        shuts down a vLLM engine."""
+        self._leave()
         for env in self.envs:
             env.close()
+        if hasattr(self.policy, "close"):
+            self.policy.close()
+
+    def _leave(self) -> None:
+        if self._group is not None:
+            group, self._group = self._group, None
+            with contextlib.suppress(RuntimeError):
+                group.abort()
+
+
+def _vllm_policy(config: Config, model_name: str | None):
+    """A worker's vLLM engine, started from `model_name`, and the tokenizer."""
+    from agentgym.policy.vllm import VLLMPolicy, save_model_folder
+
+    model, tokenizer = load_model_and_tokenizer(model_name)
+    folder = save_model_folder(model, tokenizer)  # the engine starts from it and owns it
+    if config.lora.enabled:  # the engine serves the learner's adapters, by their config
+        model = _wrap_lora(model, config)
+    return VLLMPolicy.for_learner(folder, model, tokenizer, config), tokenizer
+
+
+class _SyncFailed(RuntimeError):
+    """A collective sync that some member could not finish."""
 
 
 class RayRollout:
@@ -132,6 +229,11 @@ class RayRollout:
         ray = self._ray = require_ray()
         d = config.distributed
         self.max_restarts = d.max_worker_restarts
+        self.collective = d.weight_sync == "collective"
+        self.sync_path = "none"
+        """The path of the last sync: 'object_store', 'collective (gloo|nccl)', or
+        'object_store (collective failed)'."""
+        self.collective_failures = 0
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
             ray.init(address=d.ray_address, include_dashboard=False, **_local_runtime(d))
@@ -144,9 +246,13 @@ class RayRollout:
                         for _ in range(d.rollout_workers)]  # fmt: skip
         self._restarts = [0] * d.rollout_workers
         self._identities: dict[int, str] = {}
-        self._weights: Any = None  # the ObjectRef of the weights the workers hold
+        self._devices: dict[int, str] = {}
+        self._held: list[tuple[str, torch.Tensor]] = []  # the weights the workers should hold
+        self._weights: Any = None  # their ObjectRef, once put
+        self._group: SyncGroup | None = None
+        self._generation = 0
         try:
-            self._identities = self._call_all(lambda w: self._actors[w].identity.remote())
+            self._devices = self._call_all(lambda w: self._actors[w].hello.remote())
             self.load_weights(weights)
         except BaseException:  # a worker that cannot start: end the others, and our Ray
             self.close()
@@ -158,11 +264,18 @@ class RayRollout:
         return sum(self._restarts)
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> float:
-        """Sends new weights to every worker; returns the seconds it took (put to loaded)."""
+        """Sends new weights to every worker; returns the seconds it took (until every
+        worker had them). `sync_path` then says how they went."""
         start = time.perf_counter()
-        self._weights = self._ray.put({n: t.detach().cpu() for n, t in named_tensors})
-        self._call_all(lambda w: self._actors[w].load_weights.remote(self._weights))
+        # With `collective` these are the learner's own tensors, kept, not copied: a worker
+        # restarted before the next sync is sent them, and they do not change until then.
+        self._held, self._weights = [(n, t.detach()) for n, t in named_tensors], None
+        self.sync_path = self._sync_collective() if self.collective else self._sync_store()
         return time.perf_counter() - start
+
+    def worker_weights(self, w: int, names: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Worker `w`'s copies of the named parameters (transformers workers), for checks."""
+        return self._call_all(lambda v: self._actors[v].weights.remote(list(names)), [w])[w]
 
     def collect(self, specs: Sequence[TaskSpec], group_size: int, params: SamplingParams,
                 max_tokens: int | None = None) -> list[Trajectory]:  # fmt: skip
@@ -178,10 +291,101 @@ class RayRollout:
         played = self._call_all(play, busy)
         return [replace(t, group=t.group + busy[w].start) for w in sorted(busy) for t in played[w]]
 
+    def _sync_store(self) -> str:
+        """Puts the weights into the object store once; every worker copies them in."""
+        ref = self._weights_ref()
+        self._call_all(lambda w: self._actors[w].load_weights.remote(ref))
+        return "object_store"
+
+    def _sync_collective(self) -> str:
+        """Broadcasts the weights in the group (formed first if there is none); on a
+        failure, aborts the group and syncs through the object store instead."""
+        # revives (and catches up) a worker restarted since its last call, before the group
+        self._devices = self._call_all(lambda w: self._actors[w].hello.remote())
+        try:
+            if self._group is None:
+                self._form_group()
+            self._broadcast()
+        except (RuntimeError, self._ray.exceptions.RayError) as err:
+            self._drop_group()
+            self.collective_failures += 1
+            warnings.warn(f"collective weight sync failed ({err}); this sync goes through Ray's "
+                          "object store, the next forms a new group", stacklevel=2)  # fmt: skip
+            self._sync_store()
+            return "object_store (collective failed)"
+        assert self._group is not None
+        return f"collective ({self._group.address.backend})"
+
+    def _form_group(self) -> None:
+        """Forms a new group: this process (rank 0) and every worker (ranks 1..N)."""
+        on_gpu = (bool(self._held) and all(t.is_cuda for _, t in self._held)
+                  and all(d == "cuda" for d in self._devices.values()))  # fmt: skip
+        host = self._ray.util.get_node_ip_address()
+        store = serve_store(host)
+        self._generation += 1
+        address = GroupAddress(host, store.port, len(self._actors) + 1, "nccl" if on_gpu
+                               else "gloo", self._generation, weight_sync.BUCKET_BYTES)  # fmt: skip
+        joins = {self._actors[w].join.remote(address, w + 1): w for w in range(len(self._actors))}
+        device = self._held[0][1].device if on_gpu else torch.device("cpu")
+        try:
+            self._group = SyncGroup(address, 0, host, device, store=store)
+        except BaseException:
+            with contextlib.suppress(_SyncFailed):  # the workers' joins fail too: the cause is here
+                self._settle(joins)
+            raise
+        self._settle(joins)
+
+    def _broadcast(self) -> None:
+        """Rank 0's side of one sync, the workers' receives made first."""
+        assert self._group is not None
+        metas = describe(self._held)
+        generation = self._group.address.generation
+        receives = {self._actors[w].receive.remote(generation, metas): w
+                    for w in range(len(self._actors))}  # fmt: skip
+        try:
+            self._group.send(self._held)
+        except BaseException:
+            self._drop_group()  # the workers' pending receives fail now, not at the timeout
+            with contextlib.suppress(_SyncFailed):
+                self._settle(receives)
+            raise
+        self._settle(receives)
+
+    def _settle(self, refs: dict[Any, int]) -> None:
+        """Waits for the workers' side of a group call; _SyncFailed if one failed or is
+        not the process that was in the group."""
+        ray = self._ray
+        failed = []
+        ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=GROUP_TIMEOUT_S)
+        for ref in ready:
+            try:
+                incarnation, _ = ray.get(ref)
+                if incarnation != self._identities.get(refs[ref]):
+                    failed.append(f"worker {refs[ref]} was restarted")
+            except ray.exceptions.RayError as err:
+                failed.append(f"worker {refs[ref]}: {type(err).__name__}: {err}")
+        failed += [f"worker {refs[ref]} did not answer in {GROUP_TIMEOUT_S:.0f} s" for ref in late]
+        if failed:
+            raise _SyncFailed("; ".join(failed)[:2000])
+
+    def _drop_group(self) -> None:
+        """Aborts this side of the group, if any; the next collective sync forms a new one."""
+        if self._group is not None:
+            group, self._group = self._group, None
+            with contextlib.suppress(RuntimeError):
+                group.abort()
+
+    def _weights_ref(self) -> Any:
+        """The ObjectRef of the weights the workers should hold; put on first need."""
+        if self._weights is None:
+            self._weights = self._ray.put({n: t.cpu() for n, t in self._held})
+        return self._weights
+
     def _call_all(self, call: Callable[[int], Any], workers: Iterable[int] | None = None
                   ) -> dict[int, Any]:  # fmt: skip
         """Makes `call(w)` (an actor call's ObjectRef) for each worker, all by default, and
-        gathers the results; a worker that died is revived and its call made again."""
+        gathers the values; a worker that died, or answers from a restarted process, is
+        revived and its call made again."""
         ray = self._ray
         pending = {call(w): w for w in (range(len(self._actors)) if workers is None else workers)}
         results: dict[int, Any] = {}
@@ -189,25 +393,33 @@ class RayRollout:
             [ref], _ = ray.wait(list(pending), num_returns=1)
             w = pending.pop(ref)
             try:
-                results[w] = ray.get(ref)
+                incarnation, value = ray.get(ref)
             except ray.exceptions.RayActorError:
-                self._revive(w)
-                pending[call(w)] = w
+                incarnation = None
+            if incarnation is not None and incarnation == self._identities.setdefault(
+                w, incarnation
+            ):
+                results[w] = value
+                continue
+            self._revive(w)
+            pending[call(w)] = w
         return results
 
     def _revive(self, w: int) -> None:
         """After worker `w`'s call failed: waits until it answers; if it is a restarted
-        process, counts the restart and sends it the current weights."""
+        process, counts the restart, drops the group it was in, and sends it the current
+        weights through the object store."""
         while True:
             identity = self._identity(w)
             if identity == self._identities.get(w, identity):
                 return  # the same process, unreachable for a moment: it kept its weights
             self._restarts[w] += 1
             self._identities[w] = identity
-            if self._weights is None:
+            self._drop_group()
+            if self._weights is None and not self._held:
                 return
             try:
-                self._ray.get(self._actors[w].load_weights.remote(self._weights))
+                self._ray.get(self._actors[w].load_weights.remote(self._weights_ref()))
                 return
             except self._ray.exceptions.RayActorError:
                 continue  # it died again before it had the weights
@@ -218,7 +430,7 @@ class RayRollout:
         since = time.monotonic()
         while True:
             try:
-                return ray.get(self._actors[w].identity.remote())
+                return ray.get(self._actors[w].hello.remote())[0]
             except ray.exceptions.ActorDiedError as err:  # Ray's max_restarts are spent
                 raise TrainingError(
                     f"rollout worker {w} died after {self._restarts[w]} restarts "
@@ -232,8 +444,10 @@ class RayRollout:
                 time.sleep(1.0)
 
     def close(self) -> None:
-        """Closes the workers' environments, ends the actors, and stops a Ray it started."""
+        """Closes the workers' environments and engines, ends the actors, leaves the
+        group, and stops a Ray it started."""
         ray = self._ray
+        self._drop_group()
         for actor in self._actors:
             # a dead or stuck worker has nothing left to close
             with contextlib.suppress(ray.exceptions.RayError, TimeoutError):

@@ -21,10 +21,11 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from agentgym import dist
 from agentgym.checkpoint import prune, read_trainer, save_checkpoint
 from agentgym.config import Config
 from agentgym.heldout import TaskResult
-from agentgym.learner import Learner
+from agentgym.learner import Learner, _wrap_lora
 from agentgym.policy.models import load_model_and_tokenizer
 
 
@@ -44,10 +45,10 @@ def learner_for(config: Config, model, start_model: str | None, resume: Path | N
     model with the start model as its KL reference)."""
     if resume is None:
         return Learner(model, config)
-    if config.lora.enabled:
-        learner = Learner(model, config)
-        load_trainable(learner.model, Path(resume))
-        return learner
+    if config.lora.enabled:  # adapters in before the learner shards them ('fsdp')
+        model = _wrap_lora(model, config)
+        load_trainable(model, Path(resume))
+        return Learner(model, config)
     trained, _ = load_model_and_tokenizer(str(resume))
     return Learner(trained.to(next(model.parameters()).device), config, reference=model)
 
@@ -66,6 +67,14 @@ class RunState:
     progress: Progress
     results: dict[str, list[TaskResult]]
     start_model: str | None
+    unsharded: Any = None
+    """Rank 0's whole copy of a sharded learner's model (`fsdp_sync.unsharded_copy`), kept
+    in step with it; None when the learner's own model is whole."""
+
+    @property
+    def model(self):
+        """The model whose weights checkpoints hold, whole, as one process saves them."""
+        return self.learner.model if self.unsharded is None else self.unsharded
 
     def save(self, step: int) -> Path:
         """Writes `checkpoint-{step}` (weights, optimizer, schedule, RNG states, counters,
@@ -85,8 +94,8 @@ class RunState:
             },
             "evals": {k: [dataclasses.asdict(r) for r in v] for k, v in self.results.items()},
         }
-        trainer = {"learner": self.learner.state_dict(), "torch_rng": torch.get_rng_state()}
-        folder = save_checkpoint(run.output, step, self.learner.model, self.tokenizer,
+        trainer = {"learner": dist.share_state(self.learner), "torch_rng": torch.get_rng_state()}
+        folder = save_checkpoint(run.output, step, self.model, self.tokenizer,
                                  self.config, state=state, trainer=trainer)  # fmt: skip
         prune(run.output, run.keep_last)
         return folder

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym import dist, grpo
+from agentgym import dist, fsdp_sync, grpo
 from agentgym.checkpoint import (
     BEST,
     latest_checkpoint,
@@ -26,7 +26,7 @@ from agentgym.checkpoint import (
     save_best,
     save_checkpoint,
 )
-from agentgym.config import Config, ConfigError
+from agentgym.config import Config
 from agentgym.console import Stages, print_report
 from agentgym.core import make_env
 from agentgym.evaluate import best_step
@@ -98,7 +98,8 @@ def train_step(
     advantage 0 and stay out of the reward figures and the group statistics.
     `rollout` (`distributed.backend: ray`) plays the episodes on its workers instead
     of `policy` and `envs`, and gets the new weights after the learner step. A policy
-    that is not the learner's own model (vLLM) gets them too, timed
+    that is not the learner's own model (vLLM, or rank 0's whole copy of an FSDP
+    learner's) gets them too, timed
     (`rollout/weight_sync_seconds`), and frees its GPU memory while the learner steps
     when it can (`policy.enable_sleep_mode`).
     """
@@ -130,11 +131,12 @@ def train_step(
     synced = {}
     if getattr(policy, "model", None) is not learner.model:
         sync_start = time.perf_counter()
-        policy.load_weights(learner.named_weights())
+        policy.load_weights(dist.share_weights(learner))
         synced["rollout/weight_sync_seconds"] = time.perf_counter() - sync_start
     if rollout is not None:
         synced["rollout/sync_seconds"] = rollout.load_weights(learner.named_weights())
         synced["rollout/worker_restarts"] = float(rollout.restarts)
+        synced["rollout/sync_path"] = rollout.sync_path  # distributed.weight_sync's, or fallback
     seconds = time.perf_counter() - start
     trained_tokens = sum(sum(t.loss_mask) for t in trajectories)
     metrics: dict[str, float | str] = {
@@ -225,14 +227,11 @@ def train(config: Config, resume: Path | None = None) -> Path:
     SIGINT stops at once).
 
     Under `torchrun --nproc-per-node N -m agentgym train ...` rank 0 runs all of
-    this and writes every file; the other ranks hold copies of the learner and
-    step them on the batches rank 0 shares, each on its share (`agentgym.dist`).
+    this and writes every file; the other ranks hold copies of the learner (or,
+    with `distributed.learner: fsdp`, shards of it) and step them on the batches
+    rank 0 shares, each on its share (`agentgym.dist`, `agentgym.fsdp_sync`).
     """
-    if dist.world_size() > 1 and config.distributed.learner == "fsdp":
-        raise ConfigError(
-            "distributed.learner 'fsdp' is not wired into training yet (its checkpoints and "
-            "policy sync need the gathered weights); use 'ddp'"
-        )
+    fsdp_sync.check(config)
     joined = dist.init()
     try:
         if not dist.is_main():
@@ -311,16 +310,20 @@ def _lead(config: Config, resume: Path | None) -> Path:
             # the engine starts from the weights GRPO starts from, saved before LoRA wraps them
             engine_dir = (save_model_folder(model, tokenizer)
                           if config.policy.backend == "vllm" else None)  # fmt: skip
+            # FSDP shards the learner's model in place: rank 0 samples with a whole copy
+            whole = fsdp_sync.unsharded_copy(model, config) if fsdp_sync.sharded(config) else None
             learner = dist.build_learner(lambda: learner_for(config, model, start_model, resume))
-            policy = HFPolicy(learner.model, tokenizer)
+            policy = HFPolicy(learner.model if whole is None else whole, tokenizer)
             if engine_dir is not None:
                 policy = VLLMPolicy.for_learner(engine_dir, learner.model, tokenizer, config)
             rng = np.random.default_rng(run.seed)
             progress = Progress()
             if state is not None:
                 progress = restore(state, resume, learner, rng)
-                policy.load_weights(learner.named_weights())
-            run_state = RunState(config, learner, tokenizer, rng, progress, results, start_model)
+            if state is not None or whole is not None:
+                policy.load_weights(dist.share_weights(learner))
+            run_state = RunState(config, learner, tokenizer, rng, progress, results, start_model,
+                                 unsharded=whole)  # fmt: skip
             if stop.requested and state is None:  # SFT done, GRPO not begun: step 0
                 _say_stopped(stages, stop, 0, run_state.save(0))
                 return out
@@ -386,9 +389,9 @@ def _closing_report(rs: RunState, policy: HFPolicy, report_set: HeldOut, stages:
     config, results, out = rs.config, rs.results, Path(rs.config.run.output)
     name = "grpo"
     if rs.progress.best_step is not None:
-        load_trainable(rs.learner.model, out / BEST)
-        if getattr(policy, "model", None) is not rs.learner.model:
-            policy.load_weights(rs.learner.named_weights())
+        load_trainable(rs.model, out / BEST)
+        if getattr(policy, "model", None) is not rs.model:
+            policy.load_weights(dist.share_weights(rs.learner))
         name = f"best@{rs.progress.best_step}"
     results[name] = _evaluate(report_set, policy, stages, "eval best", config.run.seed)
     pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
@@ -434,7 +437,7 @@ def _grpo(rs: RunState, policy, envs, selection, log, stages, stop, reward_fns,
         log.completions(step, trajectories, run.log_completions)
         if "eval/correctness" in metrics and best_step(p.history, select) == step:
             p.best_step = step
-            save_best(run.output, step, learner.model, tokenizer, config)
+            save_best(run.output, step, rs.model, tokenizer, config)
         if p.consecutive_skips >= run.max_skipped_steps:
             last = latest_checkpoint(run.output)
             raise TrainingError(

@@ -51,18 +51,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_on_two_ranks(*args: str, timeout: float = 300, **env: str) -> None:
+    """Runs `args` (a script and its arguments, or `-m module ...`) under torchrun on WORLD
+    gloo ranks of this machine, one thread each, offline, with `env` added; fails the
+    test with the output's end if it exits with an error."""
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={WORLD}",
+               "--master-addr=127.0.0.1", f"--master-port={_free_port()}", *args]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **env}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> dict[str, list[dict]]:
     """Every case's results on each of two gloo ranks, from one torchrun launch."""
     out = tmp_path_factory.mktemp("ranks")
     cases = [{"overrides": o} for o in CASES.values()]
     cases += [{"overrides": CASES[FOLLOW], "follow": how} for how in ("steps", "release")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={WORLD}",
-               "--master-addr=127.0.0.1", f"--master-port={_free_port()}",
-               str(HERE / "distributed_step.py"), json.dumps(cases), str(out)]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-6000:]
+    run_on_two_ranks(str(HERE / "distributed_step.py"), json.dumps(cases), str(out))
     names = [*CASES, "follow", "release"]
     return {
         name: [torch.load(out / f"case{i}-rank{r}.pt") for r in range(WORLD)]
@@ -83,7 +89,7 @@ def one_process() -> dict[str, dict]:
         torch.set_num_threads(threads)
 
 
-def _assert_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], what: str,
+def assert_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], what: str,
                   tolerance: float = TOLERANCE):  # fmt: skip
     assert got.keys() == want.keys(), what
     worst = max((got[n] - want[n]).abs().max().item() for n in want)
@@ -98,13 +104,13 @@ def test_two_ranks_take_the_single_process_step(two_ranks, one_process, case):
         assert single["metrics"][0]["grad_norm"] > CASES[case]["optim.max_grad_norm"]
     for rank, got in enumerate(two_ranks[case]):
         assert got["world_size"] == WORLD
-        _assert_close(got["grads"], single["grads"], f"rank {rank}'s gradient", GRAD_TOLERANCE)
+        assert_close(got["grads"], single["grads"], f"rank {rank}'s gradient", GRAD_TOLERANCE)
         for step, (g, s) in enumerate(zip(got["metrics"], single["metrics"], strict=True)):
             assert g.keys() == s.keys()
             for key in s:
                 close = abs(g[key] - s[key]) <= TOLERANCE * max(1.0, abs(s[key]))
                 assert close, f"rank {rank} step {step} {key}: {g[key]} != {s[key]}"
-        _assert_close(got["weights"], single["weights"], f"rank {rank}'s weights")
+        assert_close(got["weights"], single["weights"], f"rank {rank}'s weights")
 
 
 @pytest.mark.slow
@@ -126,7 +132,7 @@ def test_a_follower_steps_on_the_batches_rank_0_shares(two_ranks, one_process):
     assert leader["built"] == follower["built"] == 1
     single = one_process[FOLLOW]
     for rank, got in enumerate((leader, follower)):
-        _assert_close(got["weights"], single["weights"], f"rank {rank}'s weights")
+        assert_close(got["weights"], single["weights"], f"rank {rank}'s weights")
 
 
 @pytest.mark.slow

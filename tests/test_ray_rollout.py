@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from agentgym import weight_sync
 from agentgym.cli import main
 from agentgym.config import Config, ConfigError, load_config
 from agentgym.core import make_env
@@ -24,6 +25,7 @@ from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.ray_rollout import RayRollout, require_ray, spread_groups
 from agentgym.rollout import TaskSpec, collect
+from agentgym.weight_sync import SyncGroup
 
 TESTS = Path(__file__).parent
 SPECS = [TaskSpec(seed=11), TaskSpec(seed=12), TaskSpec(seed=13)]  # 2 + 1 over 2 workers
@@ -95,6 +97,14 @@ def test_without_ray_the_error_names_the_setting_and_the_install_command(monkeyp
         require_ray()
 
 
+def test_collective_weight_sync_is_refused_without_ray_workers_or_through_a_ray_client():
+    with pytest.raises(ConfigError, match=r"weight_sync 'collective'.*distributed\.backend 'ray'"):
+        load_config(overrides={"distributed.weight_sync": "collective"})
+    with pytest.raises(ConfigError, match=r"ray://.*'object_store'"):
+        _config("tool_call", **{"distributed.weight_sync": "collective",
+                                "distributed.ray_address": "ray://head:10001"})  # fmt: skip
+
+
 @pytest.mark.slow
 def test_two_ray_workers_play_exactly_the_in_process_trajectories(ray_local):
     config = _config("tool_call")
@@ -148,6 +158,95 @@ def test_a_worker_dying_past_max_worker_restarts_stops_with_a_clear_error(ray_lo
         rollout.close()
 
 
+def _trainable(model) -> list[tuple[str, torch.Tensor]]:
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _learner_step(model, seed: int) -> None:
+    """Stands in for an optimizer step: every trainable tensor changes, in place."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in _trainable(model):
+            p.add_(torch.randn(p.shape, generator=generator) * 0.1)
+
+
+def _assert_workers_hold(rollout: RayRollout, weights) -> None:
+    names = [n for n, _ in weights]
+    for w in range(2):
+        theirs = rollout.worker_weights(w, names)
+        for name, p in weights:
+            assert torch.equal(theirs[name], p.detach()), f"worker {w}: {name}"
+
+
+@pytest.mark.slow
+def test_a_collective_sync_gives_both_workers_exactly_the_learners_weights(ray_local, monkeypatch):
+    monkeypatch.setattr(weight_sync, "BUCKET_BYTES", 4096)  # several buckets per sync
+    config = _config("tool_call", **{"distributed.weight_sync": "collective"})
+    model, tokenizer = _trained_lora(config)
+    weights = _trainable(model)
+    assert sum(p.numel() * 4 for _, p in weights) > 3 * 4096
+    rollout = RayRollout(config, "tiny-random", weights)
+    try:
+        assert rollout.sync_path == "collective (gloo)"
+        _assert_workers_hold(rollout, weights)
+        _learner_step(model, 1)
+        assert rollout.load_weights(weights) > 0
+        assert rollout.sync_path == "collective (gloo)"
+        _assert_workers_hold(rollout, weights)
+        played = rollout.collect(SPECS, config.grpo.group_size, PARAMS,
+                                 max_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+        _assert_same(played, _in_process(config, model, tokenizer))
+        assert rollout.restarts == 0 and rollout.collective_failures == 0
+    finally:
+        rollout.close()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_between_syncs_is_caught_up_and_joins_a_new_group(ray_local):
+    config = _config("tool_call", **{"distributed.weight_sync": "collective"})
+    model, _ = _trained_lora(config)
+    weights = _trainable(model)
+    rollout = RayRollout(config, "tiny-random", weights)
+    try:
+        ray_local.kill(rollout._actors[0], no_restart=False)  # Ray restarts it, idle
+        _learner_step(model, 2)
+        rollout.load_weights(weights)
+        assert rollout.restarts == 1 and rollout.sync_path == "collective (gloo)"
+        _assert_workers_hold(rollout, weights)
+    finally:
+        rollout.close()
+
+
+@pytest.mark.slow
+def test_a_failed_broadcast_is_aborted_and_that_sync_goes_through_the_object_store(
+    ray_local, monkeypatch
+):
+    config = _config("tool_call", **{"distributed.weight_sync": "collective"})
+    model, _ = _trained_lora(config)
+    weights = _trainable(model)
+    rollout = RayRollout(config, "tiny-random", weights)
+    try:
+        send = SyncGroup.send
+
+        def link_down(self, tensors):
+            raise RuntimeError("link down")
+
+        monkeypatch.setattr(SyncGroup, "send", link_down)  # the driver's side only
+        _learner_step(model, 3)
+        with pytest.warns(UserWarning, match="link down"):
+            rollout.load_weights(weights)  # the workers' receives fail at once, not timed out
+        assert rollout.sync_path == "object_store (collective failed)"
+        assert rollout.collective_failures == 1
+        _assert_workers_hold(rollout, weights)
+        monkeypatch.setattr(SyncGroup, "send", send)
+        _learner_step(model, 4)
+        rollout.load_weights(weights)
+        assert rollout.sync_path == "collective (gloo)"  # a new group
+        _assert_workers_hold(rollout, weights)
+    finally:
+        rollout.close()
+
+
 def _run(out: Path, *extra: str) -> tuple[list[dict], list[dict]]:
     argv = ["train", "--env", "ray_envs:ray_envs/CrashOnce-v0", "--model", "tiny-random",
             "--steps", "2", "--output", str(out), "--set", "grpo.group_size=2",
@@ -162,15 +261,24 @@ def _run(out: Path, *extra: str) -> tuple[list[dict], list[dict]]:
     return read("metrics.jsonl"), read("completions.jsonl")
 
 
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory) -> tuple[Path, list[dict], list[dict]]:
+    """The in-process run the Ray runs are compared with: its folder, metrics, episodes."""
+    out = tmp_path_factory.mktemp("local") / "run"
+    return out, *_run(out)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("weight_sync", ["object_store", "collective"])
 def test_two_cli_steps_on_two_ray_workers_train_as_in_process_through_a_worker_death(
-    ray_local, tmp_path
+    ray_local, local_run, tmp_path, weight_sync
 ):
     # a worker dies in step 1's rollout; without the marker, the env never ends its process
     dies = f"run.env_kwargs={{marker: {tmp_path / 'died'}}}"
     ray_rows, ray_episodes = _run(tmp_path / "ray", "--distributed", "ray",
-                                  "--rollout-workers", "2", "--set", dies)  # fmt: skip
-    local_rows, local_episodes = _run(tmp_path / "local")
+                                  "--rollout-workers", "2", "--set", dies,
+                                  "--set", f"distributed.weight_sync={weight_sync}")  # fmt: skip
+    local_out, local_rows, local_episodes = local_run
     assert len(ray_episodes) == len(local_episodes) == 2 * 3 * 2
     keys = ("step", "task_id", "group", "turns", "reward")
     assert [[e[k] for k in keys] for e in ray_episodes] == [
@@ -178,11 +286,14 @@ def test_two_cli_steps_on_two_ray_workers_train_as_in_process_through_a_worker_d
     ]  # step 2 too: the workers got step 1's update
     assert [r["rollout/worker_restarts"] for r in ray_rows] == [1.0, 1.0]
     assert all(r["rollout/sync_seconds"] > 0 for r in ray_rows)
+    # the restarted worker caught up through the object store; the syncs took the chosen path
+    path = "collective (gloo)" if weight_sync == "collective" else "object_store"
+    assert [r["rollout/sync_path"] for r in ray_rows] == [path, path]
     assert "rollout/sync_seconds" not in local_rows[0]
     assert any(r["grad_norm"] > 0 for r in ray_rows)
     initial, _ = load_model_and_tokenizer("tiny-random")
     ray_weights = load_file(tmp_path / "ray" / "checkpoint-000002" / "model.safetensors")
-    local_weights = load_file(tmp_path / "local" / "checkpoint-000002" / "model.safetensors")
+    local_weights = load_file(local_out / "checkpoint-000002" / "model.safetensors")
     start = initial.state_dict()
     moved = [n for n, p in ray_weights.items() if not torch.equal(p, start[n])]
     assert len(moved) >= len(ray_weights) // 2

@@ -1,0 +1,65 @@
+"""`distributed.learner: fsdp` in `agentgym train`: the whole weights rank 0 samples with and saves.
+
+FSDP shards the learner's weights in place (`dist.fully_shard_model`), so under
+torchrun no rank holds the model whole, and rank 0 can neither generate with it
+nor save it. Rank 0 therefore keeps a whole copy (`unsharded_copy`), taken before
+the learner shards the model, and after every learner step (all
+`grpo.num_iterations` of them) gets the trainable weights into it, gathered from
+every rank (`dist.share_weights`). Only trainable weights move: with LoRA, the
+adapters alone, since the frozen base never changes. The copy is then the
+sampler, and what checkpoints save (`RunState.model`), in the format one process
+writes; the optimizer state is gathered whole only when a checkpoint is written
+(`dist.share_state`).
+
+The copy needs one device that holds the whole model: FSDP here saves the
+learner's memory (gradients, optimizer state, the KL reference), not the sampler's.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from agentgym import dist
+from agentgym.config import Config, ConfigError
+from agentgym.learner import _wrap_lora
+
+
+def check(config: Config) -> None:
+    """Raises ConfigError for what `distributed.learner: fsdp` does not run with under torchrun."""
+    if dist.world_size() <= 1 or config.distributed.learner != "fsdp":
+        return
+    if config.policy.backend != "hf":
+        raise ConfigError(
+            f"distributed.learner 'fsdp' under torchrun samples on rank 0 with transformers: "
+            f"policy.backend must be 'hf' (got {config.policy.backend!r}); or use "
+            "distributed.learner 'ddp' with policy.backend 'vllm'"
+        )
+    if config.distributed.backend != "none":
+        raise ConfigError(
+            f"distributed.learner 'fsdp' under torchrun samples on rank 0: distributed.backend "
+            f"must be 'none' (got {config.distributed.backend!r}); or use distributed.learner "
+            "'ddp' with Ray rollout workers"
+        )
+
+
+def sharded(config: Config) -> bool:
+    """Whether the learner shards its weights: `distributed.learner` 'fsdp' in a process
+    group of more than one (in one process it is the plain learner)."""
+    return dist.active() and config.distributed.learner == "fsdp"
+
+
+def unsharded_copy(model: torch.nn.Module, config: Config) -> torch.nn.Module:
+    """A whole copy of `model`, taken before the learner shards it, shaped as the learner
+    holds it (LoRA adapters of the same names) and in the same mode (train).
+
+    Its adapters are not the learner's: `dist.share_weights` brings those. The global
+    RNG is left as it was, so that the run draws what a DDP run draws.
+    """
+    whole = copy.deepcopy(model)
+    if config.lora.enabled:
+        devices = [whole.device] if whole.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            whole = _wrap_lora(whole, config)
+    return whole.train()
