@@ -11,16 +11,26 @@ start-up not timed). All are measured in this run, on this machine; the ratios
 are printed. The vLLM backend needs vLLM: run it from .venv-vllm on CPU
 (`make setup-vllm`), or with `pip install -e ".[vllm]"` on a GPU.
 
-    .venv-vllm/bin/python bench/rollout.py        # embedded SmolLM2-135M, tool_call env
+The vLLM CPU build pins transformers below 5.20, whose SDPA path copies the
+keys and values of every grouped-query head at each decoded token (`repeat_kv`);
+5.24, in .venv, attends on the shared heads instead (`pack_gqa`), which makes
+the transformers sampler about twice as fast. So that vLLM is compared with the
+best transformers sampler, `--peer-python` measures the `--peer-backends` in this
+run with another interpreter (this script, run by it), and the ratios use those.
+
+    .venv-vllm/bin/python bench/rollout.py --peer-python .venv/bin/python   # embedded SmolLM2-135M
     python bench/rollout.py --backends hf,tutorial --model tiny-random --env math --tasks 2
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import time
 
 import torch
+import transformers
 
 from agentgym.core import make_env
 from agentgym.policy.base import Generation, SamplingParams
@@ -111,8 +121,8 @@ def run(args) -> None:
         "tutorial": lambda: TutorialLoopPolicy(model, tokenizer),
     }
     print(f"model {resolve_model_name(args.model)}, env {args.env}, B={b} tasks x G={g}, "
-          f"max_new_tokens={args.max_new_tokens}, torch threads {torch.get_num_threads()}",
-          flush=True)  # fmt: skip
+          f"max_new_tokens={args.max_new_tokens}, torch threads {torch.get_num_threads()}, "
+          f"transformers {transformers.__version__}", flush=True)  # fmt: skip
     rate = {}
     warm = [tokenizer.encode("warm up")] * g
     for name in backends:  # each line as soon as it is measured: the slowest comes last
@@ -127,9 +137,34 @@ def run(args) -> None:
         rate[name] = tokens / seconds
         print(f"{LABELS[name]:31s}: {tokens:6d} tokens in {seconds:7.1f} s "
               f"= {rate[name]:7.1f} tokens/s ({turns:.1f} turns/episode)", flush=True)  # fmt: skip
+    if args.json:
+        print(json.dumps({"rate": rate, "transformers": transformers.__version__}))
+        return
+    if args.peer_python:
+        rate.update(peer_rates(args))
     for a, b_ in (("hf", "tutorial"), ("vllm", "hf"), ("vllm", "tutorial")):
         if a in rate and b_ in rate:
             print(f"ratio ({LABELS[a]} / {LABELS[b_]}): {rate[a] / rate[b_]:.2f}x")
+
+
+def peer_rates(args) -> dict[str, float]:
+    """The `--peer-backends`' tokens/s, measured now by this script under `--peer-python`;
+    they replace this interpreter's figures for the same backends in the ratios."""
+    command = [args.peer_python, __file__, "--json", "--backends", args.peer_backends,
+               "--env", args.env, "--tasks", str(args.tasks), "--group-size",
+               str(args.group_size), "--max-new-tokens", str(args.max_new_tokens),
+               "--max-episode-tokens", str(args.max_episode_tokens)]  # fmt: skip
+    if args.model:
+        command += ["--model", args.model]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"--peer-python {args.peer_python} failed:\n{done.stderr[-2000:]}")
+    peer = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, value in peer["rate"].items():
+        version = peer["transformers"]
+        print(f"{LABELS[name]:31s}: {value:7.1f} tokens/s under {args.peer_python} "
+              f"(transformers {version}); the ratios use this", flush=True)  # fmt: skip
+    return peer["rate"]
 
 
 def main() -> None:
@@ -142,6 +177,11 @@ def main() -> None:
     parser.add_argument("--max-episode-tokens", type=int, default=2048)
     parser.add_argument("--backends", default="hf,vllm,tutorial",
                         help="comma-separated, from: hf, vllm, tutorial")  # fmt: skip
+    parser.add_argument("--peer-python", default=None,
+                        help="another interpreter (e.g. .venv/bin/python) that measures "
+                        "--peer-backends in this run; the ratios use its figures")  # fmt: skip
+    parser.add_argument("--peer-backends", default="hf,tutorial")
+    parser.add_argument("--json", action="store_true", help="print the rates as one JSON line")
     run(parser.parse_args())
 
 

@@ -12,7 +12,8 @@ workers against 1, 1 Ray worker against the in-process rollout with the same
 threads (the Ray path's overhead), and the in-process rollout on 1 thread
 against its default, which tells how much of the 2-worker gain is only one
 thread per process. Also printed: one weight sync of the whole model through
-Ray's object store, the step-time cost of `distributed.backend: ray`.
+Ray's object store and through the collective (`distributed.weight_sync:
+collective`, gloo here), the step-time cost of `distributed.backend: ray`.
 
     python bench/scale.py                           # embedded SmolLM2-135M, tool_call env
     python bench/scale.py --model tiny-random --rounds 2
@@ -59,7 +60,7 @@ def run(args) -> None:
     threads = torch.get_num_threads()
     names = ["in-process", "in-process, 1 thread", "ray x1", "ray x2"]
     seconds: dict[str, list[float]] = {name: [] for name in names}
-    played, syncs = {}, []
+    played, syncs, collective_syncs, sync_path = {}, [], [], ""
     for _ in range(args.rounds):
         for name, n in (("in-process", threads), ("in-process, 1 thread", 1)):
             torch.set_num_threads(n)
@@ -80,13 +81,19 @@ def run(args) -> None:
                 seconds[f"ray x{workers}"].append(time.perf_counter() - start)
                 if workers == 1:
                     syncs.append(rollout.load_weights(weights))
+                    rollout.collective = True  # distributed.weight_sync: collective
+                    rollout.load_weights(weights)  # forms the group, outside the timing
+                    collective_syncs.append(rollout.load_weights(weights))
+                    sync_path = rollout.sync_path
             finally:
                 rollout.close()
     ray.shutdown()
-    report(args, played, seconds, syncs, sum(p.numel() for _, p in weights), threads)
+    report(args, played, seconds, (syncs, collective_syncs, sync_path),
+           sum(p.numel() for _, p in weights), threads)  # fmt: skip
 
 
-def report(args, played, seconds, syncs, parameters: int, threads: int) -> None:
+def report(args, played, seconds, sync, parameters: int, threads: int) -> None:
+    syncs, collective_syncs, sync_path = sync
     tokens = sampled_tokens(played["in-process"])
     same = all([t.tokens for t in v] == [t.tokens for t in played["in-process"]]
                for v in played.values())  # fmt: skip
@@ -105,8 +112,10 @@ def report(args, played, seconds, syncs, parameters: int, threads: int) -> None:
           "tokens/s, the same threads")  # fmt: skip
     print(f"ratio (in-process, 1 thread / {threads} threads): "
           f"{tps['in-process, 1 thread'] / tps['in-process']:.2f}x tokens/s")  # fmt: skip
-    print(f"weight sync to 1 worker ({parameters / 1e6:.1f} M parameters, object store): "
-          f"{statistics.median(syncs):.2f} s (median)")  # fmt: skip
+    store, collective = statistics.median(syncs), statistics.median(collective_syncs)
+    print(f"weight sync to 1 worker ({parameters / 1e6:.1f} M parameters): object store "
+          f"{store:.2f} s, {sync_path} {collective:.2f} s (medians); ratio "
+          f"{collective / store:.2f}x the object store's time")  # fmt: skip
 
 
 def main() -> None:
