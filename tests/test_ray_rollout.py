@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,22 @@ def test_a_collective_sync_gives_both_workers_exactly_the_learners_weights(ray_l
         rollout.close()
 
 
+def _kill_and_await_restart(ray, rollout: RayRollout, w: int) -> None:
+    """Kills worker `w` and returns once its restarted process answers: `ray.kill` returns
+    before the old process is gone, which could otherwise die during the next sync."""
+    old = rollout._identities[w]
+    ray.kill(rollout._actors[w], no_restart=False)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if ray.get(rollout._actors[w].hello.remote(), timeout=30)[0] != old:
+                return
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"worker {w} was not restarted within 120 s")
+
+
 @pytest.mark.slow
 def test_a_worker_killed_between_syncs_is_caught_up_and_joins_a_new_group(ray_local):
     config = _config("tool_call", **{"distributed.weight_sync": "collective"})
@@ -208,7 +225,7 @@ def test_a_worker_killed_between_syncs_is_caught_up_and_joins_a_new_group(ray_lo
     weights = _trainable(model)
     rollout = RayRollout(config, "tiny-random", weights)
     try:
-        ray_local.kill(rollout._actors[0], no_restart=False)  # Ray restarts it, idle
+        _kill_and_await_restart(ray_local, rollout, 0)  # Ray restarts it, idle
         _learner_step(model, 2)
         rollout.load_weights(weights)
         assert rollout.restarts == 1 and rollout.sync_path == "collective (gloo)"
