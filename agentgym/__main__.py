@@ -1,8 +1,6 @@
 """`python -m agentgym ...`: the `agentgym` command, as `torchrun -m agentgym train ...` runs it."""
 
-import sys
-
-from agentgym.cli import main
+from agentgym.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agentgym.config import Config, ConfigError, load_config, parse_override
 
@@ -237,6 +239,23 @@ def _first_doc_line(module: str, cls_name: str) -> str:
     cls = getattr(importlib.import_module(module), cls_name, None)
     doc = (cls.__doc__ or "").strip().splitlines() if cls is not None else []
     return doc[0] if doc else ""
+
+
+def run() -> NoReturn:
+    """The `agentgym` command and `python -m agentgym`: `main`, then exit with its code.
+
+    A torchrun rank whose process group outlived `agentgym.dist.shutdown` (FSDP)
+    ends with `os._exit` after the exit handlers and a flush, skipping the
+    interpreter's teardown, during which gloo's threads can abort the process.
+    """
+    code = main()
+    dist = sys.modules.get("agentgym.dist")  # not imported: no group was joined
+    if dist is not None and dist.group_outlived_shutdown():
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

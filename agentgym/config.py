@@ -8,10 +8,18 @@ order. Unknown keys and bad values are errors that name the field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class _Section(BaseModel):
@@ -35,6 +43,11 @@ class SamplingConfig(_Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_episode_tokens: int = Field(
         4096, gt=0, description="Token budget of a whole episode; past it the episode is truncated."
+    )
+    stop: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=list,
+        description="Strings that end a turn, kept in it (e.g. '</tool_call>': one call per "
+        "turn, then the tool's reply); the stop tokens end turns besides.",
     )
 
 

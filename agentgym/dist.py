@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -85,10 +86,32 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
+_group_outlived = False
+
+
 def shutdown() -> None:
-    """Leaves the process group, if this process joined one."""
+    """Leaves the process group, if this process joined one.
+
+    FSDP keeps the group alive past `destroy_process_group`: its hooks and the
+    module hold its mesh in a cycle through C++ that the garbage collector cannot
+    break. gloo's worker threads then live on, and one may free the last tensors
+    of a finished collective while the interpreter tears itself down; taking the
+    GIL then ends the thread inside a noexcept destructor, and the process
+    aborts ("terminate called without an active exception", about 1 run in 10
+    on this machine; pytorch/pytorch#179291 describes the same). When the group
+    outlives this call, `group_outlived_shutdown()` says so, and the command's
+    entry point ends the process without that teardown (`agentgym.cli.run`).
+    """
+    global _group_outlived
     if tdist.is_available() and tdist.is_initialized():
+        group = weakref.ref(tdist.group.WORLD)
         tdist.destroy_process_group()
+        _group_outlived = group() is not None
+
+
+def group_outlived_shutdown() -> bool:
+    """Whether the process group `shutdown` destroyed is still alive (see `shutdown`)."""
+    return _group_outlived
 
 
 def barrier() -> None:

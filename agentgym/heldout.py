@@ -129,6 +129,7 @@ class HeldOut:
         task_ids: The tasks, played in this order.
         tokenizer: The policy's tokenizer.
         max_new_tokens, max_episode_tokens: The rollout's limits (as in training).
+        stop: Strings that end a turn (as in training).
         n: Sampled episodes per task besides the greedy one (0: greedy only).
         temperature: The sampling temperature of those n episodes.
         batch: Most episodes played at once.
@@ -146,13 +147,14 @@ class HeldOut:
         n: int = 0,
         temperature: float = 1.0,
         batch: int = 32,
+        stop: Sequence[str] = (),
     ):
         if not task_ids:
             raise ValueError("HeldOut needs at least one task id")
         self.task_ids = list(task_ids)
         self.tokenizer = tokenizer
         self.max_new_tokens, self.max_episode_tokens = max_new_tokens, max_episode_tokens
-        self.n, self.temperature = n, temperature
+        self.n, self.temperature, self.stop = n, temperature, tuple(stop)
         self.batch = max(batch, n)
         self.envs = [make_env(env_id, **env_kwargs) for _ in range(self.batch)]
         agent = self.envs[0].unwrapped
@@ -183,14 +185,14 @@ class HeldOut:
 
     def _run(self, policy: Policy, seed: int, advance: Callable[[int], None]
              ) -> list[TaskResult]:  # fmt: skip
-        greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
+        greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0, stop=self.stop)
         played = self._play(policy, 1, greedy, advance)
         results = [
             TaskResult(t, self.expected[t], EpisodeScore.of(g[0], self.expected[t]))
             for t, g in zip(self.task_ids, played, strict=True)
         ]
         if self.n:
-            sampled = SamplingParams(max_new_tokens=self.max_new_tokens,
+            sampled = SamplingParams(max_new_tokens=self.max_new_tokens, stop=self.stop,
                                      temperature=self.temperature, seed=seed)  # fmt: skip
             for result, group in zip(results, self._play(policy, self.n, sampled, advance),
                                      strict=True):  # fmt: skip
@@ -416,7 +418,8 @@ def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> d
             held = HeldOut(run.env, run.env_kwargs, ids, tokenizer, n=n,
                            temperature=config.sampling.temperature,
                            max_new_tokens=ev.max_new_tokens or config.sampling.max_new_tokens,
-                           max_episode_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+                           max_episode_tokens=config.sampling.max_episode_tokens,
+                           stop=config.sampling.stop)  # fmt: skip
             try:
                 task = stages.stage(f"eval {role}", held.episodes)
                 policy = HFPolicy(model, tokenizer)

@@ -155,7 +155,9 @@ def _advance(ep: _Episode, ids, logprobs, finish_reason: str, tokenizer) -> None
     ep.truncated = bool(truncated)
     ep.done = bool(terminated or truncated)
     if not ep.done:
-        more = continuation_ids(tokenizer, ep.messages, obs, finish_reason == "stop")
+        # a turn cut at a stop string has not sampled the end-of-turn token: the glue adds it
+        ended = finish_reason == "stop" and bool(ids) and ids[-1] in tokenizer.all_special_ids
+        more = continuation_ids(tokenizer, ep.messages, obs, ended)
         ep.messages.extend(obs)
         ep.tokens.extend(more)
         ep.loss_mask.extend([0] * len(more))

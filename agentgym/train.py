@@ -76,6 +76,7 @@ def sampling_params(config: Config, rng: np.random.Generator) -> SamplingParams:
         temperature=s.temperature,
         top_p=s.top_p,
         seed=int(rng.integers(2**31 - 1)),
+        stop=tuple(s.stop),
     )
 
 
@@ -197,7 +198,8 @@ def _held_out(config: Config, tokenizer, count: int, start: int, n: int | None =
     return HeldOut(run.env, run.env_kwargs, ids, tokenizer, n=ev.n if n is None else n,
                    temperature=config.sampling.temperature,
                    max_new_tokens=ev.max_new_tokens or config.sampling.max_new_tokens,
-                   max_episode_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+                   max_episode_tokens=config.sampling.max_episode_tokens,
+                   stop=config.sampling.stop)  # fmt: skip
 
 
 def _evaluate(held_out: HeldOut, policy: HFPolicy, stages: Stages, name: str, seed: int

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -289,3 +290,22 @@ def test_a_next_turn_continues_from_the_kept_cache_with_exact_logprobs(tiny, mon
     # without the block, the same call prefills everything and samples the same ids
     plain = HFPolicy(model, tokenizer).generate(turn2, SamplingParams(max_new_tokens=6, seed=2))
     assert [g.ids for g in plain] == [g.ids for g in second]
+
+
+def test_a_stop_string_ends_the_completion_at_the_token_that_completes_it(tiny):
+    model, tokenizer = tiny
+    policy = HFPolicy(model, tokenizer)
+    prompt = _prompt(tokenizer, "Say something")
+    greedy = SamplingParams(max_new_tokens=16, temperature=0.0)
+    (whole,) = policy.generate([prompt], greedy)
+    # a 3-character string that first appears when the k-th id is added, for some k > 2
+    text = lambda k: tokenizer.decode(whole.ids[:k])  # noqa: E731
+    k = next(k for k in range(3, len(whole.ids)) if text(k)[-3:] not in text(k - 1))
+    stop = text(k)[-3:]
+    (cut,) = policy.generate([prompt], replace(greedy, stop=(stop,)))
+    assert cut.ids == whole.ids[:k] and cut.finish_reason == "stop"
+    assert cut.logprobs == pytest.approx(whole.logprobs[:k], abs=1e-5)
+    assert tokenizer.decode(cut.ids).endswith(stop)  # kept in the completion
+    # a string that never comes changes nothing
+    (same,) = policy.generate([prompt], replace(greedy, stop=("\u2603\u2603",)))
+    assert same.ids == whole.ids and same.finish_reason == whole.finish_reason

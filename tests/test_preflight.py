@@ -77,6 +77,7 @@ INVALID = {
         ["--set", "lora.enabled=true", "--set", "lora.target_modules=[]"],
         "lora.target_modules",
     ),
+    "an empty stop string": (["--set", "sampling.stop=['</tool_call>', '']"], "sampling.stop.1"),
     "decay with no step left after warm-up": (
         ["--set", "optim.lr_scheduler=cosine", "--set", "optim.warmup_steps=2"],
         "optim.warmup_steps",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gymnasium as gym
 import pytest
 import torch
@@ -110,3 +112,25 @@ def test_batch_aligns_masks_and_logprobs_with_target_tokens(tiny):
     micro = batch.split(1)
     assert [m.size for m in micro] == [1, 1]
     assert micro[0].input_ids.shape[1] == len(trajs[0].tokens)
+
+
+def test_a_turn_cut_at_a_stop_string_is_closed_by_the_template_s_end_of_turn(tiny):
+    model, tokenizer = tiny
+    envs = [gym.make("tests/ThreeTurn-v0")]
+    spec, policy = [TaskSpec(task_id="train/1")], HFPolicy(model, tokenizer)
+    params = SamplingParams(max_new_tokens=8, seed=0)
+    (whole,) = collect(envs, spec, 1, policy, tokenizer, params)
+    stop = whole.turns[0].action[2:5]  # the first turn is cut where this string ends
+    (cut,) = collect(envs, spec, 1, policy, tokenizer, replace(params, stop=(stop,)))
+    first, uncut = cut.turns[0].action, whole.turns[0].action
+    assert stop in first and uncut.startswith(first) and first != uncut
+    start, end = cut.turn_spans[0]
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert cut.tokens[end - 1] != im_end  # the turn ended on the string, not the stop token
+    assert cut.tokens[end] == im_end and cut.loss_mask[end] == 0  # the glue closes it
+    messages = [m.to_dict() for m in cut.prompt_messages]
+    for turn in cut.turns:
+        messages.append({"role": "assistant", "content": turn.action})
+        messages.extend(m.to_dict() for m in turn.observation)
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert tokenizer.decode(list(cut.tokens)).startswith(rendered.rsplit("<|im_end|>", 1)[0])

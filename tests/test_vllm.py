@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -237,3 +238,17 @@ def test_two_steps_of_agentgym_train_with_the_vllm_policy(tmp_path):
         assert r["rollout/weight_sync_seconds"] > 0
         assert 0 <= r["rollout/logprob_diff_max"] < bound
         assert r["rollout/is_ratio_mean"] == pytest.approx(1.0, abs=bound / 2)
+
+
+@pytest.mark.slow
+def test_a_stop_string_cuts_at_the_token_that_completes_it(embedded, engine, prompts):
+    _, tokenizer = embedded
+    (whole,) = engine.generate(prompts[:1], GREEDY)
+    # a 3-character string that first appears when the k-th id is added, for some k > 2
+    text = lambda k: tokenizer.decode(whole.ids[:k])  # noqa: E731
+    k = next(k for k in range(3, len(whole.ids)) if text(k)[-3:] not in text(k - 1))
+    stopped = replace(GREEDY, stop=(text(k)[-3:],))
+    (cut,) = engine.generate(prompts[:1], stopped)
+    assert cut.ids == whole.ids[:k] and cut.finish_reason == "stop"
+    (same,) = engine.generate(prompts[:1], replace(GREEDY, stop=("\u2603\u2603",)))
+    assert same.ids == whole.ids

@@ -11,12 +11,19 @@ import torch
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample completions; temperature 0 decodes greedily."""
+    """How to sample completions; temperature 0 decodes greedily.
+
+    `stop`: strings that end a completion at the token that completes one of
+    them. That token is kept, so the string stays in the completion (vLLM's
+    `include_stop_str_in_output`): a tool call cut at `</tool_call>` still
+    parses. The finish reason is "stop", as for a stop token.
+    """
 
     max_new_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -25,7 +32,7 @@ class Generation:
 
     `logprobs[i]` is log p(ids[i]) under the distribution sampled from (logits
     divided by the temperature, before top-p). The stop token, when one was
-    sampled, is the last id.
+    sampled, is the last id; so is the token that completed a stop string.
     """
 
     ids: tuple[int, ...]

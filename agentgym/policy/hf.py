@@ -423,6 +423,9 @@ class HFPolicy:
                 ids[row].append(t)
                 logps[row].append(lp)
             stopped = torch.isin(token, stop)
+            if params.stop:
+                hits = [self._completes_stop(ids[row], params.stop) for row in rows]
+                stopped |= torch.tensor(hits, device=self.device)
             for k in stopped.nonzero().flatten().tolist():
                 reasons[rows[k]] = "stop"
                 self._keep(prompts[rows[k]], ids[rows[k]], cache, k, mask)
@@ -441,6 +444,13 @@ class HFPolicy:
         return [
             Generation(tuple(i), tuple(lp), r) for i, lp, r in zip(ids, logps, reasons, strict=True)
         ]
+
+    def _completes_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
+        """Whether the newest id completes one of the stop strings. Only the last few
+        ids are decoded: an occurrence that ended earlier would have stopped the row then,
+        and each id is at least one character."""
+        tail = self.tokenizer.decode(ids[-(max(map(len, stop)) + 1) :])
+        return any(s in tail for s in stop)
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -260,8 +260,10 @@ class VLLMPolicy:
             requests.append(VLLMParams(
                 n=1, temperature=params.temperature, top_p=params.top_p, seed=seed,
                 max_tokens=min(params.max_new_tokens, self.max_model_len - len(prompt)),
-                stop_token_ids=sorted(self.stop_ids), logprobs=0, detokenize=False,
-                skip_special_tokens=False,
+                stop_token_ids=sorted(self.stop_ids), logprobs=0, skip_special_tokens=False,
+                # stop strings are matched on the text: only then does the engine detokenize
+                stop=list(params.stop), include_stop_str_in_output=True,
+                detokenize=bool(params.stop),
             ))  # fmt: skip
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
