@@ -97,8 +97,8 @@ def shutdown() -> None:
     break. gloo's worker threads then live on, and one may free the last tensors
     of a finished collective while the interpreter tears itself down; taking the
     GIL then ends the thread inside a noexcept destructor, and the process
-    aborts ("terminate called without an active exception", about 1 run in 10
-    on this machine; pytorch/pytorch#179291 describes the same). When the group
+    aborts ("terminate called without an active exception", from 1 run in 10 to
+    under 1 in 40 here; pytorch/pytorch#179291 describes the same). When the group
     outlives this call, `group_outlived_shutdown()` says so, and the command's
     entry point ends the process without that teardown (`agentgym.cli.run`).
     """
