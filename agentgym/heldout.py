@@ -160,6 +160,14 @@ class HeldOut:
         agent = self.envs[0].unwrapped
         self.expected = {t: str(agent.load_task(t).answer) for t in self.task_ids}
 
+    @classmethod
+    def from_config(cls, config, task_ids: Sequence[str], tokenizer, *, n: int) -> HeldOut:
+        """`task_ids` played with the run's sampling settings and `eval.max_new_tokens`."""
+        s, run = config.sampling, config.run
+        return cls(run.env, run.env_kwargs, task_ids, tokenizer, n=n, temperature=s.temperature,
+                   max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
+                   max_episode_tokens=s.max_episode_tokens, stop=s.stop)  # fmt: skip
+
     @property
     def episodes(self) -> int:
         """Episodes one `run` plays."""
@@ -415,11 +423,7 @@ def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> d
     with Stages() as stages:
         for role, name in names.items():
             model, tokenizer = load_model_and_tokenizer(name)
-            held = HeldOut(run.env, run.env_kwargs, ids, tokenizer, n=n,
-                           temperature=config.sampling.temperature,
-                           max_new_tokens=ev.max_new_tokens or config.sampling.max_new_tokens,
-                           max_episode_tokens=config.sampling.max_episode_tokens,
-                           stop=config.sampling.stop)  # fmt: skip
+            held = HeldOut.from_config(config, ids, tokenizer, n=n)
             try:
                 task = stages.stage(f"eval {role}", held.episodes)
                 policy = HFPolicy(model, tokenizer)

@@ -195,11 +195,7 @@ def _held_out(config: Config, tokenizer, count: int, start: int, n: int | None =
               ) -> HeldOut:  # fmt: skip
     ev, run = config.eval, config.run
     ids = held_out_ids(run.env, run.env_kwargs, count, start=start, split=ev.split)
-    return HeldOut(run.env, run.env_kwargs, ids, tokenizer, n=ev.n if n is None else n,
-                   temperature=config.sampling.temperature,
-                   max_new_tokens=ev.max_new_tokens or config.sampling.max_new_tokens,
-                   max_episode_tokens=config.sampling.max_episode_tokens,
-                   stop=config.sampling.stop)  # fmt: skip
+    return HeldOut.from_config(config, ids, tokenizer, n=ev.n if n is None else n)
 
 
 def _evaluate(held_out: HeldOut, policy: HFPolicy, stages: Stages, name: str, seed: int
