@@ -124,8 +124,15 @@ Past it, positions go through the head in checkpointed chunks."""
 
 def _head_logprobs(model, head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
                    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Logprob [K] of each target under head(hidden [K, H]) / T, and the (detached) entropy [K]."""
-    logits = _softcap(model, head(hidden).float()) / temperature
+    """Logprob [K] of each target under head(hidden [K, H]) / T, and the (detached) entropy [K].
+
+    Logits of a half-precision model are taken in float32; float32 and float64 stay as they are
+    (a float64 model is how the tests check the gradient against a plain computation).
+    """
+    logits = head(hidden)
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    logits = _softcap(model, logits) / temperature
     logsm = torch.log_softmax(logits, dim=-1)
     with torch.no_grad():
         entropy = grpo.entropy_from_logprobs(logsm)
@@ -339,7 +346,8 @@ class Learner:
     def _weight(self, micro: Batch, whole: Batch) -> float:
         """This micro-batch's share of the whole batch's loss."""
         if grpo.MICRO_BATCH_WEIGHTS[self.config.grpo.loss] == "tokens":
-            return float(micro.loss_mask.sum() / whole.loss_mask.sum().clamp(min=1))
+            # token counts are exact in float32; their ratio is taken in float64
+            return float(micro.loss_mask.sum()) / max(1.0, float(whole.loss_mask.sum()))
         return micro.size / whole.size
 
     def step(self, batch: Batch, beta: float | None = None) -> dict[str, float]:

@@ -30,9 +30,18 @@ def _config(**overrides):
 
 
 def _grads(model, config, batch):
+    """The gradient `step` hands to the optimizer (it zeroes the gradients after stepping)."""
     learner = Learner(copy.deepcopy(model), config)
+    seen = {}
+
+    def capture(optimizer, args, kwargs):
+        seen.update({n: p.grad.clone() for n, p in learner.model.named_parameters()
+                     if p.grad is not None})  # fmt: skip
+
+    learner.optimizer.register_step_pre_hook(capture)
     learner.step(batch)
-    return {n: p.grad.clone() for n, p in learner.model.named_parameters() if p.grad is not None}
+    assert seen and any(g.abs().max() > 0 for g in seen.values()), "no gradient to compare"
+    return seen
 
 
 def test_a_step_changes_the_weights_and_reports_finite_metrics(tiny):
@@ -75,7 +84,8 @@ def test_lora_trains_adapters_only_and_uses_the_base_model_as_reference(tiny):
     with torch.no_grad():
         current, _ = token_logprobs(learner.model, batch, 1.0)
     assert not torch.allclose(current, expected, atol=1e-6)  # the adapters moved the policy
-    assert stats["kl"] >= 0.0
+    assert stats["kl"] == 0.0  # B = 0 at the first step: the policy was its reference
+    assert learner.accumulate(batch)["kl"] > 0.0  # moved adapters: a KL to the base model
 
 
 def test_beta_zero_loads_no_reference_and_reports_zero_kl(tiny):
@@ -191,10 +201,14 @@ def test_a_prefix_run_once_per_step_gives_the_gradient_of_unshared_micro_batches
                   -torch.rand(batch.loss_mask.shape) * batch.loss_mask,
                   torch.tensor([1.0, -1.0, 0.5, -0.5]))  # fmt: skip
     config = _config(**{"optim.micro_batch_size": 2, "lora.enabled": lora, "lora.r": 4})
+    reference = copy.deepcopy(model)  # a full fine-tune's reference, apart from the policy
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(9)) * 0.02)
 
     def grads():
         torch.manual_seed(0)  # the same LoRA initialisation both times
-        learner = Learner(copy.deepcopy(model), config)
+        learner = Learner(copy.deepcopy(model), config, reference=reference)
         if lora:
             with torch.no_grad():
                 for name, p in learner.model.named_parameters():
@@ -214,7 +228,7 @@ def test_a_prefix_run_once_per_step_gives_the_gradient_of_unshared_micro_batches
     for key in plain_totals:
         assert shared_totals[key] == pytest.approx(plain_totals[key], abs=1e-5), key
     # the KL is not zero, so the reference prefix was used too
-    assert plain_totals["kl"] > 0 if lora else True
+    assert plain_totals["kl"] > 0
 
 
 def test_split_by_length_puts_rows_of_similar_length_together():
@@ -339,3 +353,31 @@ def test_length_bucketed_micro_batches_equal_one_padded_batch(tiny, loss):
     assert whole.keys() == bucketed.keys()
     for name in whole:
         assert torch.allclose(whole[name], bucketed[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_bf16_autocast_runs_the_model_in_bf16_and_the_loss_in_float32(tiny):
+    """The GPU default (bf16 autocast) runs on the CPU too: the head's logits come out in
+    bf16, the logprobs and the loss are taken in float32, and the gradient points where
+    float32's does."""
+    model, tokenizer = tiny
+    batch = _batch(len(tokenizer))
+    assert Learner(copy.deepcopy(model), _config()).autocast is None  # "auto" on a CPU
+    fp32 = _grads(model, _config(**{"model.precision": "fp32"}), batch)
+    learner = Learner(copy.deepcopy(model), _config(**{"model.precision": "bf16"}))
+    assert learner.autocast == torch.bfloat16
+    seen = []
+    learner.model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: seen.append(out.dtype)
+    )
+    learner.optimizer.zero_grad(set_to_none=True)
+    stats = learner.accumulate(batch)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+    assert learner.old_logprobs(batch).dtype == torch.float32
+    bf16 = {n: p.grad for n, p in learner.model.named_parameters() if p.grad is not None}
+    assert bf16.keys() == fp32.keys()
+    assert all(g.dtype == torch.float32 for g in bf16.values())  # the weights stay float32
+    a = torch.cat([bf16[n].flatten() for n in fp32])
+    b = torch.cat([fp32[n].flatten() for n in fp32])
+    cosine = float(a @ b / (a.norm() * b.norm()))
+    assert 0.98 < cosine < 1.0, cosine  # close, and not float32's own gradient
