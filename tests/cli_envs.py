@@ -35,6 +35,27 @@ if "cli_envs/Digits-v0" not in gym.registry:
     gym.register(id="cli_envs/Digits-v0", entry_point=DigitsEnv, max_episode_steps=1)
 
 
+class TaughtDigitsEnv(DigitsEnv):
+    """`DigitsEnv` with an answer and demonstrations, for runs with an SFT warm-up and
+    held-out evaluations: a reply of digits only is correct."""
+
+    def load_task(self, task_id):
+        return Task(task_id=task_id, prompt=f"Write digits only ({task_id}).", answer="42")
+
+    def demonstration(self, task):
+        return ["42"]
+
+    def respond(self, action):
+        feedback = super().respond(action)
+        correct = float(action.strip().isdigit())
+        parts = {**feedback.reward_parts, "correctness": correct}
+        return Feedback((), reward=feedback.reward, reward_parts=parts, terminated=True)
+
+
+if "cli_envs/TaughtDigits-v0" not in gym.registry:
+    gym.register(id="cli_envs/TaughtDigits-v0", entry_point=TaughtDigitsEnv, max_episode_steps=1)
+
+
 @tool
 def lookup(key: str) -> str:
     """Looks a key up in the phone book.

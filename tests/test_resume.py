@@ -21,19 +21,27 @@ from agentgym.interrupt import StopRequest
 from agentgym.learner import Learner, lr_factor
 from agentgym.policy.models import load_model_and_tokenizer
 
+# Rewards that vary within groups under a random model (the share of digits in the reply),
+# a cosine schedule after one warm-up step and a beta schedule: every step moves the weights,
+# the learning rate and beta, so a resume that lost any of them would show.
 RUN = [
-    "train", "--env", "tool_call", "--model", "tiny-random",
-    "--set", "lora.enabled=true", "--set", "lora.r=4", "--set", "optim.lr=1e-3",
-    "--set", "grpo.group_size=4", "--set", "grpo.tasks_per_step=2",
-    "--set", "sampling.max_new_tokens=10", "--set", "run.tensorboard=false",
+    "train", "--env", "cli_envs:cli_envs/Digits-v0", "--model", "tiny-random",
+    "--set", "lora.enabled=true", "--set", "lora.r=4", "--set", "optim.lr=5e-3",
+    "--set", "optim.lr_scheduler=cosine", "--set", "optim.warmup_steps=1",
+    "--set", "grpo.beta=0.04", "--set", "grpo.beta_start=0.01", "--set", "grpo.beta_warmup_steps=3",
+    "--set", "grpo.group_size=4", "--set", "grpo.tasks_per_step=4",
+    "--set", "sampling.max_new_tokens=12", "--set", "run.tensorboard=false",
     "--set", "run.save_every=2",
 ]  # fmt: skip
 WITH_SFT_AND_EVALS = [
+    "--env", "cli_envs:cli_envs/TaughtDigits-v0",
     "--set", "sft.warmup=true", "--set", "sft.steps=2", "--set", "sft.demonstrations=4",
     "--set", "sft.batch_size=2", "--set", "eval.every=2", "--set", "eval.tasks=2",
     "--set", "eval.report_tasks=2", "--set", "eval.n=2",
 ]  # fmt: skip
 TIMING = {"step_seconds", "rollout_seconds", "tokens_per_second"}
+STEPS = 4
+TESTS = Path(__file__).parent
 
 
 def _metrics(run: Path) -> list[dict]:
@@ -47,31 +55,139 @@ def _weights(checkpoint: Path) -> bytes:
     return b"".join(f.read_bytes() for f in files)
 
 
-@pytest.mark.parametrize("extra", [[], WITH_SFT_AND_EVALS], ids=["grpo", "sft+evals"])
-def test_n_steps_then_resume_for_m_more_is_bitwise_one_run_of_n_plus_m(tmp_path, extra):
-    whole, split = tmp_path / "whole", tmp_path / "split"
-    assert main([*RUN, *extra, "--steps", "4", "--output", str(whole)]) == 0
-    assert main([*RUN, *extra, "--steps", "2", "--output", str(split)]) == 0
-    assert main(["train", "--resume", str(split / "checkpoint-000002"), "--steps", "4"]) == 0
-    assert _weights(whole / "checkpoint-000004") == _weights(split / "checkpoint-000004")
-    assert _metrics(whole) == _metrics(split)
+def _assert_it_trained(run: Path) -> None:
+    """Every step had a gradient and moved the learning rate and beta; the weights moved."""
+    rows = _metrics(run)
+    assert all(r["grad_norm"] > 0 for r in rows), [r["grad_norm"] for r in rows]
+    assert all(r["zero_variance_groups"] < 1 for r in rows)
+    assert len({r["lr"] for r in rows}) == len(rows)  # warm-up, then the cosine decay
+    assert [r["beta"] for r in rows] == pytest.approx([0.01, 0.02, 0.03, 0.04][: len(rows)])
+    assert _weights(run / "checkpoint-000002") != _weights(run / f"checkpoint-{STEPS:06d}")
+
+
+def _stop_after(monkeypatch, steps: int) -> None:
+    """SIGTERM to this process as GRPO step `steps` ends: the run checkpoints and stops there."""
+    import agentgym.train as train_module
+
+    real, calls = train_module.train_step, []
+
+    def train_step(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == steps:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(train_module, "train_step", train_step)
+
+
+def _split_run(monkeypatch, run: Path, argv: list[str], at: int = 2) -> None:
+    """The run of `argv` stopped after step `at`, then resumed from that checkpoint."""
+    with monkeypatch.context() as m:
+        _stop_after(m, at)
+        assert main([*argv, "--output", str(run)]) == 0
+    assert latest_checkpoint(run) == run / f"checkpoint-{at:06d}"
+    assert main(["train", "--resume", str(run / f"checkpoint-{at:06d}")]) == 0
+
+
+@pytest.fixture(scope="module")
+def whole_run(tmp_path_factory) -> Path:
+    """The uninterrupted run of RUN for STEPS steps, shared by the tests that resume it."""
+    run = tmp_path_factory.mktemp("whole") / "run"
+    assert main([*RUN, "--steps", str(STEPS), "--output", str(run)]) == 0
+    _assert_it_trained(run)
+    return run
+
+
+def test_n_steps_then_resume_for_m_more_is_bitwise_one_run_of_n_plus_m(tmp_path, whole_run,
+                                                                      monkeypatch):  # fmt: skip
+    split = tmp_path / "split"
+    _split_run(monkeypatch, split, [*RUN, "--steps", str(STEPS)])
+    _assert_it_trained(split)
+    last = f"checkpoint-{STEPS:06d}"
+    assert _weights(whole_run / last) == _weights(split / last)
+    assert _metrics(whole_run) == _metrics(split)
     assert [r["step"] for r in _metrics(split)] == [1, 2, 3, 4]
-    if extra:
-        # GRPO's adapters name the SFT model as their base, so `eval --model` loads them right
-        adapter = json.loads((split / "checkpoint-best" / "adapter_config.json").read_text())
-        assert adapter["base_model_name_or_path"] == str((split / "checkpoint-sft").resolve())
-        report = json.loads((split / "report" / "report.json").read_text())
-        assert list(report["models"])[:2] == ["start", "sft"]  # kept across the resume
-        assert report == json.loads((whole / "report" / "report.json").read_text())
+
+
+def test_resume_with_sft_and_evals_is_bitwise_one_run(tmp_path, monkeypatch):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    argv = [*RUN, *WITH_SFT_AND_EVALS, "--steps", str(STEPS)]
+    assert main([*argv, "--output", str(whole)]) == 0
+    _split_run(monkeypatch, split, argv)
+    _assert_it_trained(split)
+    last = f"checkpoint-{STEPS:06d}"
+    assert _weights(whole / last) == _weights(split / last)
+    assert _metrics(whole) == _metrics(split)
+    # GRPO's adapters name the SFT model as their base, so `eval --model` loads them right
+    adapter = json.loads((split / "checkpoint-best" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str((split / "checkpoint-sft").resolve())
+    report = json.loads((split / "report" / "report.json").read_text())
+    assert list(report["models"])[:2] == ["start", "sft"]  # kept across the resume
+    assert report == json.loads((whole / "report" / "report.json").read_text())
+
+
+def _drop_learner_state(part: str):
+    """`Learner.load_state_dict` that keeps the fresh learner's own `part` instead."""
+    real = Learner.load_state_dict
+
+    def load(self, state):
+        real(self, {**state, part: self.state_dict()[part]})
+
+    return load
+
+
+def _drop_run_rng():
+    """`restore` that leaves the run's random stream (tasks, sampling seeds) fresh."""
+    from agentgym.resume import restore as real
+
+    def restore(state, resume, learner, rng):
+        fresh = rng.bit_generator.state
+        progress = real(state, resume, learner, rng)
+        rng.bit_generator.state = fresh
+        return progress
+
+    return restore
+
+
+@pytest.mark.parametrize("dropped", ["optimizer", "scheduler", "rng"])
+def test_a_resume_that_drops_a_state_breaks_equality(tmp_path, whole_run, monkeypatch, dropped):
+    """Each state the checkpoint holds is needed: without it, the resumed run differs."""
+    import agentgym.train as train_module
+
+    if dropped == "rng":
+        monkeypatch.setattr(train_module, "restore", _drop_run_rng())
+    else:
+        monkeypatch.setattr(Learner, "load_state_dict", _drop_learner_state(dropped))
+    split = tmp_path / "split"
+    _split_run(monkeypatch, split, [*RUN, "--steps", str(STEPS)])
+    last = f"checkpoint-{STEPS:06d}"
+    assert _weights(whole_run / last) != _weights(split / last)
+    assert _metrics(whole_run)[:2] == _metrics(split)[:2]  # the same until the resume
+    assert _metrics(whole_run)[2:] != _metrics(split)[2:]
+
+
+def test_beta_is_the_schedule_s_at_every_step_so_its_stored_value_is_not_needed(
+    tmp_path, whole_run, monkeypatch
+):
+    """The learner's beta is set from `grpo.beta_at(step)` before every step, so a resume that
+    drops the stored beta still matches: the schedule's position is the step counter."""
+    monkeypatch.setattr(Learner, "load_state_dict", _drop_learner_state("beta"))
+    split = tmp_path / "split"
+    _split_run(monkeypatch, split, [*RUN, "--steps", str(STEPS)])
+    last = f"checkpoint-{STEPS:06d}"
+    assert _weights(whole_run / last) == _weights(split / last)
+    assert [r["beta"] for r in _metrics(split)] == pytest.approx([0.01, 0.02, 0.03, 0.04])
 
 
 def test_sigterm_finishes_the_step_checkpoints_exits_0_and_the_resumed_run_matches(tmp_path):
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     argv = [*RUN, "--steps", "8", "--set", "run.save_every=100"]
+    pythonpath = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(
         [sys.executable, "-m", "agentgym.cli", *argv, "--output", str(stopped)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": pythonpath},
     )  # fmt: skip
     metrics = stopped / "metrics.jsonl"
     deadline = time.monotonic() + 300
@@ -91,6 +207,9 @@ def test_sigterm_finishes_the_step_checkpoints_exits_0_and_the_resumed_run_match
     assert [r["step"] for r in _metrics(stopped)] == list(range(1, step + 1))
     assert main(["train", "--resume", "auto", "--output", str(stopped), *argv[1:]]) == 0
     assert main([*argv, "--output", str(whole)]) == 0
+    rows = _metrics(whole)
+    assert all(r["grad_norm"] > 0 for r in rows)
+    assert len({r["lr"] for r in rows}) == len(rows)
     assert _weights(whole / "checkpoint-000008") == _weights(stopped / "checkpoint-000008")
     assert _metrics(whole) == _metrics(stopped)
 
@@ -182,8 +301,8 @@ def test_resume_refuses_a_folder_without_a_complete_checkpoint(tmp_path, capsys)
 
 def test_resume_auto_without_a_checkpoint_starts_afresh(tmp_path):
     run = tmp_path / "run"
-    assert main([*RUN, "--steps", "1", "--resume", "auto", "--output", str(run)]) == 0
-    assert [r["step"] for r in _metrics(run)] == [1]
+    assert main([*RUN, "--steps", "2", "--resume", "auto", "--output", str(run)]) == 0
+    assert [r["step"] for r in _metrics(run)] == [1, 2]
 
 
 def _inject_inf(monkeypatch, from_call: int) -> list[int]:
