@@ -9,7 +9,8 @@ solutions and SFT data.
 Parsing is tolerant where that cannot change a call's meaning (whitespace and
 newlines around the JSON, a ```json fence, a list of calls inside one tag) and
 strict everywhere else: JSON is parsed by `json.loads` with NaN and Infinity
-refused, so a trailing comma or a stray word is INVALID_JSON, never repaired.
+refused (and numbers such as 1e999 that a float cannot hold), so a trailing comma
+or a stray word is INVALID_JSON, never repaired.
 One choice is lenient on purpose: `"arguments"` given as a JSON *string* that
 holds an object is accepted, because OpenAI-style APIs encode arguments so.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -106,9 +108,17 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: json.loads would read it as inf
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
 def _loads(text: str) -> Any:
-    """Strict JSON: no NaN/Infinity; raises ValueError (JSONDecodeError is one)."""
-    return json.loads(text, parse_constant=_refuse_constant)
+    """Strict JSON: no NaN/Infinity, nor numbers that overflow to infinity; raises ValueError
+    (JSONDecodeError is one)."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
 def _dumps(value: Any) -> str:
