@@ -40,7 +40,9 @@ class ModelConfig(_Section):
 class SamplingConfig(_Section):
     max_new_tokens: int = Field(256, gt=0, description="Most tokens the policy samples per turn.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (the tutorial's 1.0).")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="Nucleus sampling mass, in training and sampled held-out play."
+    )
     max_episode_tokens: int = Field(
         4096, gt=0, description="Token budget of a whole episode; past it the episode is truncated."
     )

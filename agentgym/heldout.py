@@ -1,8 +1,8 @@
 """Held-out evaluation: play test tasks greedily and by sampling, score them, report.
 
 `HeldOut` plays each task once greedily (temperature 0) and, optionally, n
-times at the sampling temperature, through the same rollout as training, so
-an evaluated episode is exactly a training episode without the update.
+times at the sampling temperature and top-p, through the same rollout as
+training, so an evaluated episode is exactly a training episode without the update.
 `summarize` turns the per-task results into the report's figures; the
 statistics themselves (pass@k, maj@k, bootstrap) live in `agentgym.evaluate`.
 
@@ -131,7 +131,9 @@ class HeldOut:
         max_new_tokens, max_episode_tokens: The rollout's limits (as in training).
         stop: Strings that end a turn (as in training).
         n: Sampled episodes per task besides the greedy one (0: greedy only).
-        temperature: The sampling temperature of those n episodes.
+        temperature, top_p: How those n episodes are sampled: as in training
+            (`from_config`), so that pass@k measures the distribution the policy is
+            trained to sample from. The greedy episode takes no top-p.
         batch: Most episodes played at once.
     """
 
@@ -146,6 +148,7 @@ class HeldOut:
         max_episode_tokens: int | None = None,
         n: int = 0,
         temperature: float = 1.0,
+        top_p: float = 1.0,
         batch: int = 32,
         stop: Sequence[str] = (),
     ):
@@ -154,7 +157,7 @@ class HeldOut:
         self.task_ids = list(task_ids)
         self.tokenizer = tokenizer
         self.max_new_tokens, self.max_episode_tokens = max_new_tokens, max_episode_tokens
-        self.n, self.temperature, self.stop = n, temperature, tuple(stop)
+        self.n, self.temperature, self.top_p, self.stop = n, temperature, top_p, tuple(stop)
         self.batch = max(batch, n)
         self.envs = [make_env(env_id, **env_kwargs) for _ in range(self.batch)]
         agent = self.envs[0].unwrapped
@@ -165,7 +168,7 @@ class HeldOut:
         """`task_ids` played with the run's sampling settings and `eval.max_new_tokens`."""
         s, run = config.sampling, config.run
         return cls(run.env, run.env_kwargs, task_ids, tokenizer, n=n, temperature=s.temperature,
-                   max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
+                   top_p=s.top_p, max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
                    max_episode_tokens=s.max_episode_tokens, stop=s.stop)  # fmt: skip
 
     @property
@@ -201,7 +204,8 @@ class HeldOut:
         ]
         if self.n:
             sampled = SamplingParams(max_new_tokens=self.max_new_tokens, stop=self.stop,
-                                     temperature=self.temperature, seed=seed)  # fmt: skip
+                                     temperature=self.temperature, top_p=self.top_p,
+                                     seed=seed)  # fmt: skip
             for result, group in zip(results, self._play(policy, self.n, sampled, advance),
                                      strict=True):  # fmt: skip
                 result.samples = [EpisodeScore.of(t, result.expected) for t in group]
@@ -441,6 +445,7 @@ def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> d
             "n": n,
             "k": k,
             "temperature": config.sampling.temperature,
+            "top_p": config.sampling.top_p,
             "max_new_tokens": ev.max_new_tokens or config.sampling.max_new_tokens,
         }
         report = build_report(results, k=k if n else 1,

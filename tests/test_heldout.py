@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from agentgym.cli import main
+from agentgym.config import load_config
 from agentgym.heldout import (
     EpisodeScore,
     HeldOut,
@@ -18,7 +19,7 @@ from agentgym.heldout import (
     held_out_ids,
     summarize,
 )
-from agentgym.policy.base import SamplingParams
+from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.hf import HFPolicy
 
 TINY_EVAL = ["--model", "tiny-random", "--tasks", "3", "--n", "2", "--k", "2",
@@ -181,3 +182,39 @@ def test_compare_adds_sampled_pass_at_1_when_both_models_sampled():
     assert c["pass@1"]["low"] == pytest.approx(0.5) and c["pass@1"]["high"] == pytest.approx(0.5)
     assert c["correctness_strict"]["diff"] == 0.0
     assert "pass@1" not in compare([TaskResult("0", "1", right)], [TaskResult("0", "1", right)])
+
+
+class RecordingFakePolicy:
+    """A fake policy: answers every turn with `\\boxed{0}` and the stop token, and records
+    the SamplingParams of each call."""
+
+    def __init__(self, tokenizer):
+        answer = tokenizer.encode("\\boxed{0}", add_special_tokens=False)
+        self.ids = (*answer, tokenizer.eos_token_id)
+        self.params: list[SamplingParams] = []
+
+    def generate(self, prompts, params, streams=None):
+        self.params.append(params)
+        return [Generation(self.ids, (-0.5,) * len(self.ids), "stop") for _ in prompts]
+
+
+def test_sampled_episodes_take_the_runs_top_p_and_the_greedy_one_does_not(tiny):
+    _, tokenizer = tiny
+    overrides = {
+        "run.env": "math",
+        "eval.max_new_tokens": 5,
+        "sampling.temperature": 0.9,
+        "sampling.top_p": 0.7,
+    }
+    config = load_config(overrides=overrides)
+    held = HeldOut.from_config(config, held_out_ids("math", {}, 2), tokenizer, n=3)
+    policy = RecordingFakePolicy(tokenizer)
+    try:
+        results = held.run(policy, seed=4)
+    finally:
+        held.close()
+    assert [len(r.samples) for r in results] == [3, 3]
+    greedy = SamplingParams(max_new_tokens=5, temperature=0.0)
+    sampled = SamplingParams(max_new_tokens=5, temperature=0.9, top_p=0.7, seed=4)
+    assert set(policy.params) == {greedy, sampled}
+    assert policy.params[0] == greedy  # the greedy pass first, at top_p 1.0

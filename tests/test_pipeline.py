@@ -6,14 +6,18 @@ from __future__ import annotations
 import copy
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from agentgym.checkpoint import save_checkpoint
 from agentgym.cli import main
 from agentgym.config import load_config
+from agentgym.core import make_env
 from agentgym.learner import _wrap_lora
+from agentgym.policy.base import Generation
 from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.train import train_step
 
 PIPELINE = [
     "--set", "sft.warmup=true", "--set", "sft.steps=3", "--set", "sft.demonstrations=4",
@@ -97,16 +101,61 @@ def test_the_beta_schedule_moves_linearly_from_beta_start_to_beta(start, steps, 
     assert [config.grpo.beta_at(s) for s in (1, 2, 3, 4)] == pytest.approx(expected)
 
 
-def test_a_length_penalty_lowers_the_rewards_advantages_are_computed_from(tmp_path):
-    out = tmp_path / "run"
-    argv = ["train", "--env", "math", "--model", "tiny-random", "--steps", "1"]
-    small = ["--set", "grpo.length_penalty=0.001", "--set", "grpo.group_size=2",
-             "--set", "grpo.tasks_per_step=1", "--set", "sampling.max_new_tokens=8",
-             "--set", "run.tensorboard=false"]  # fmt: skip
-    assert main([*argv, "--output", str(out), *small]) == 0
-    (row,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    expected = row["reward/mean"] - 0.001 * row["avg_completion_length"]
-    assert row["reward/penalised_mean"] == pytest.approx(expected)
+class ScriptedFakePolicy:
+    """A fake policy: member k of a group answers `\\boxed{0}` after 2k filler tokens, so
+    the members' completions are 2 tokens apart and their rewards equal."""
+
+    def __init__(self, tokenizer, model):
+        self.model = model  # the learner's: the step syncs no weights to this policy
+        self.answer = tokenizer.encode("\\boxed{0}", add_special_tokens=False)
+        self.answer.append(tokenizer.eos_token_id)
+        self.filler = tokenizer.encode(" x", add_special_tokens=False)
+
+    def generate(self, prompts, params, streams=None):
+        ids = [tuple(self.filler * 2 * k + self.answer) for k in range(len(prompts))]
+        return [Generation(i, (-0.5,) * len(i), "stop") for i in ids]
+
+
+class RecordingFakeLearner:
+    """A fake learner: records the advantages of each batch it is asked to step on."""
+
+    def __init__(self):
+        self.model, self.beta, self.advantages = torch.nn.Identity(), 0.0, []
+
+    def step(self, batch, beta=None):
+        self.advantages.append(batch.advantages.tolist())
+        return {"loss": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("scale", "expected"),
+    [
+        # equal rewards: r - mean r = -0.01 * (length - mean length) = -0.01 * (-3, -1, 1, 3)
+        ("none", [0.03, 0.01, -0.01, -0.03]),
+        # the same over the group's std, 0.01 * sqrt((9 + 1 + 1 + 9) / 4) = 0.01 * sqrt(5)
+        ("group", [3 / 5**0.5, 1 / 5**0.5, -1 / 5**0.5, -3 / 5**0.5]),
+    ],
+)
+def test_a_length_penalty_lowers_the_rewards_advantages_are_computed_from(tiny, scale, expected):
+    _, tokenizer = tiny
+    grpo = {"length_penalty": 0.01, "group_size": 4, "tasks_per_step": 1, "scale_rewards": scale}
+    config = load_config(overrides={f"grpo.{key}": value for key, value in grpo.items()})
+    learner = RecordingFakeLearner()
+    policy = ScriptedFakePolicy(tokenizer, learner.model)
+    envs = [make_env("math") for _ in range(4)]
+    try:
+        rng = np.random.default_rng(0)
+        trajectories, metrics = train_step(config, rng, envs, policy, learner, tokenizer)
+    finally:
+        for env in envs:
+            env.close()
+    lengths = [t.completion_length for t in trajectories]
+    assert lengths == [lengths[0] + 2 * k for k in range(4)]
+    assert len({t.reward for t in trajectories}) == 1  # unpenalised, every advantage is 0
+    (advantages,) = learner.advantages
+    assert advantages == pytest.approx(expected, abs=1e-6)
+    penalised = [t.reward - 0.01 * n for t, n in zip(trajectories, lengths, strict=True)]
+    assert metrics["reward/penalised_mean"] == pytest.approx(sum(penalised) / 4)
 
 
 @pytest.mark.parametrize("path", ["configs/tool_call.yaml", "configs/math.yaml"])
