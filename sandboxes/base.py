@@ -33,9 +33,28 @@ Isolated, and why:
   the trainer is root, the code still gets a uid that owns no host file.
 - Processes. A new pid namespace: the code sees only its own processes,
   so `os.kill(-1, 9)`, `os.killpg` or killing its parent cannot reach the
-  trainer. rlimits bound address space (memory), CPU seconds, file size,
-  open files and the number of processes (fork bombs). The process count
-  is per run: each run gets its own user namespace or its own uid.
+  trainer. rlimits bound CPU seconds, file size and open files of each
+  process. The process count is per run: each run gets its own user
+  namespace or its own uid, and (with a cgroup) its own pids limit.
+- Memory and process budget, for the whole tree. An address-space rlimit
+  binds each process alone, and a run may fork, so per-process limits
+  multiply (32 processes x 1 GB is 32 GB: the host's OOM killer then
+  picks the largest process, the trainer). Where the machine allows it
+  (root, or a delegated cgroup), each run gets its own cgroup (v2, or the
+  v1 `memory` and `pids` controllers): memory, page cache and tmpfs
+  writes of the whole tree count against `memory_mb` with no swap, and
+  processes against a pids limit; an OOM kill in it comes back as
+  "memory"; the group is removed after the run. Elsewhere the fallback
+  splits the budget: per-process address space x the process cap stays
+  within `memory_mb` (at least 128 MB each, so fewer processes when
+  `memory_mb` is small), and the sandbox warns once. `describe()` and each
+  result's `budget` say which mode ran. The v2 path is exercised here only
+  against a fake cgroupfs: the CI machines mount v1 controllers.
+- Zombies and orphans. The run's process is pid 1 of its namespace
+  (bwrap --as-pid-1, or unshare's forked child) and the direct child of
+  bwrap/unshare, which reaps it; the sandbox kills that pid 1 first, so
+  no helper is ever orphaned to the host's PID 1 (which, when it is the
+  trainer, reaps nothing). The namespace's own orphans die with it.
 - Time. A wall-clock deadline kills the whole tree by killing the pid
   namespace's init, which takes grandchildren and setsid'd daemons with
   it; CPU-bound C code that never checks signals dies the same way.
@@ -53,9 +72,9 @@ Not isolated, and why:
 - Information about the machine that any process can read: the kernel
   version, CPU model and count, total memory, the read-only system files
   (world-readable ones only), and /proc of its own pid namespace.
-- Memory outside the address-space limit: page cache and kernel memory
-  are not accounted without a cgroup; tmpfs writes count against host RAM
-  up to the tmpfs size.
+- Memory without a cgroup (the rlimit fallback): page cache and kernel
+  memory are not accounted, and tmpfs writes count against host RAM up
+  to the tmpfs size, outside `memory_mb`.
 - Denial of service below the limits, e.g. a run that uses its full CPU
   quota on every core it can fork onto.
 """
@@ -67,6 +86,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 Status = Literal["ok", "error", "timeout", "memory", "output_limit", "killed"]
+BudgetMode = Literal["cgroup", "rlimit", "per_process"]
+"""How a run's memory and processes were bounded: one cgroup for the tree, rlimits split
+so that their product fits `memory_mb`, or (unsafe, for comparison) per process only."""
 SandboxKind = Literal["local", "docker"]
 SANDBOX_KINDS: tuple[str, ...] = ("local", "docker")
 
@@ -78,13 +100,17 @@ class ExecutionResult:
     Attributes:
         status: "ok" (exit 0), "error" (nonzero exit or an exception),
             "timeout" (wall clock or CPU limit), "memory" (address-space
-            limit), "output_limit" (stdout or stderr over the cap) or
-            "killed" (any other signal).
+            limit, or an OOM kill in the run's cgroup), "output_limit"
+            (stdout or stderr over the cap) or "killed" (any other signal).
         stdout: standard output, decoded as UTF-8 with errors="replace".
         stderr: standard error, decoded the same way.
         exit_code: the exit status; minus the signal number when killed by
             one; None when the sandbox killed the run (timeout, output cap).
         duration_s: wall-clock seconds from handing over the code to exit.
+        budget: how memory and processes were bounded (see `BudgetMode`);
+            None where the sandbox does not say.
+        peak_memory_bytes: the most memory the run's tree held, where a
+            cgroup measured it; else None.
     """
 
     status: Status
@@ -92,6 +118,8 @@ class ExecutionResult:
     stderr: str
     exit_code: int | None
     duration_s: float
+    budget: BudgetMode | None = None
+    peak_memory_bytes: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -122,7 +150,7 @@ class Sandbox(Protocol):
             code: Python source, run as `main.py` in the work dir.
             stdin: text fed to the process's standard input.
             timeout_s: wall-clock limit; the whole process tree dies at it.
-            memory_mb: address-space limit of each process.
+            memory_mb: memory limit of the whole run (its process tree).
             files: extra files to create in the work dir, relative path -> text.
 
         Returns:

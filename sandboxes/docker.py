@@ -202,6 +202,13 @@ class DockerSandbox:
             with contextlib.suppress(self._errors.NotFound):
                 container.remove(force=True)
 
+    def describe(self) -> str:
+        """One line saying how this sandbox isolates code and bounds each run."""
+        return (
+            f"docker ({self.runtime or 'default runtime'}, image {self.image}); cgroup: "
+            f"memory_mb and {PIDS_LIMIT} processes for each container's whole tree"
+        )
+
     def close(self) -> None:
         """Removes this sandbox's leftover containers and closes an owned client."""
         mine = {"label": f"{LABEL}={self._instance}"}
@@ -300,7 +307,9 @@ class _Streams:
         return data.decode("utf-8", errors="replace")
 
     def result(self, status: Status, exit_code: int | None, duration: float) -> ExecutionResult:
-        return ExecutionResult(status, self.text(1), self.text(2), exit_code, duration)
+        return ExecutionResult(
+            status, self.text(1), self.text(2), exit_code, duration, budget="cgroup"
+        )
 
 
 def _payload(code: str, stdin: str, files: dict[str, str]) -> bytes:

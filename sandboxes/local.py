@@ -16,13 +16,19 @@ See `agentgym.sandboxes.base` for the threat model. Three isolation modes:
   every run. For debugging on machines where neither tool works.
 
 "auto" takes bwrap, else unshare, else raises SandboxUnavailableError.
-In every mode the code runs as `/sandbox/main.py` under `python -I`; the
-wall clock kills the pid namespace's init (the tree goes with it).
+In every mode the code runs as `/sandbox/main.py` under `python -I`, as
+pid 1 of its pid namespace and the direct child of bwrap or unshare; the
+wall clock kills it first (the tree goes with it, and its parent reaps
+it and exits), so nothing is orphaned to the host's PID 1.
+
+Memory and processes are bounded per run, tree-wide: by a cgroup where the
+machine allows one, else by rlimits split to fit (`agentgym.sandboxes.budget`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import marshal
 import math
@@ -41,8 +47,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+from agentgym.sandboxes import cgroups
 from agentgym.sandboxes._io import communicate
-from agentgym.sandboxes.base import ExecutionResult, SandboxUnavailableError, Status
+from agentgym.sandboxes.base import BudgetMode, ExecutionResult, SandboxUnavailableError
+from agentgym.sandboxes.budget import (
+    HELPER_PIDS,
+    Budget,
+    BudgetPlan,
+    join_command,
+    plan_budget,
+    process_limits,
+)
+from agentgym.sandboxes.outcome import TreeReport, classify
 
 Isolation = Literal["auto", "bwrap", "unshare", "none"]
 WORKDIR = "/sandbox"
@@ -74,8 +90,8 @@ def unavailable_reason(isolation: Literal["bwrap", "unshare"]) -> str | None:
         return f"`{'bwrap' if isolation == 'bwrap' else 'unshare'}` is not installed"
     if isolation == "bwrap":
         userns = [] if os.geteuid() == 0 else ["--unshare-user"]
-        failure = _probe([tool, *userns, "--unshare-net", "--unshare-pid", "--dev-bind", "/", "/",
-                          "true"])  # fmt: skip
+        ns = [*userns, "--unshare-net", "--unshare-pid", "--as-pid-1"]  # no init to orphan
+        failure = _probe([tool, *ns, "--dev-bind", "/", "/", "true"])
     elif os.geteuid() != 0:
         return "`unshare` isolation needs root (it makes namespaces without a user namespace)"
     else:
@@ -96,6 +112,16 @@ def _python_dirs(python: str) -> list[str]:
     return [d for d in kept if not any(d.startswith(o + "/") for o in kept)]
 
 
+@dataclasses.dataclass
+class _Spawned:
+    """One started sandbox process, waiting for its payload on the control pipe."""
+
+    proc: subprocess.Popen[bytes]
+    control_fd: int
+    tmpdir: str | None
+    group: cgroups.RunGroup | None
+
+
 class LocalSandbox:
     """Runs each piece of code in a fresh isolated process tree on this machine.
 
@@ -114,11 +140,16 @@ class LocalSandbox:
             skips site processing, the larger part of interpreter start-up.
         max_file_mb: RLIMIT_FSIZE, the largest file the code may write.
         tmpfs_mb: size of each of the work dir and /tmp.
-        max_processes: RLIMIT_NPROC, processes and threads per run.
+        max_processes: processes and threads per run (a cgroup's pids limit
+            and RLIMIT_NPROC; fewer in the rlimit fallback, see `budget`).
         max_open_files: RLIMIT_NOFILE.
+        budget: how a run's memory and processes are bounded: "auto" (a
+            cgroup per run where possible, else "rlimit" with a warning),
+            "cgroup" (required), "rlimit" (per-process limits split to fit
+            `memory_mb`), or "per_process" (unsafe; for comparisons).
 
     Raises:
-        SandboxUnavailableError: when the requested isolation cannot work here.
+        SandboxUnavailableError: when the requested isolation or budget cannot work here.
     """
 
     def __init__(
@@ -132,15 +163,17 @@ class LocalSandbox:
         tmpfs_mb: int = 64,
         max_processes: int = 32,
         max_open_files: int = 64,
+        budget: Budget = "auto",
     ) -> None:
         self.isolation = self._resolve(isolation)
+        self.plan: BudgetPlan = plan_budget(budget)
         self.max_output_bytes = max_output_bytes
         self.python = python or sys.executable
         self.site_packages = site_packages
         self.limits = {"max_file_mb": max_file_mb, "nproc": max_processes, "nofile": max_open_files}
         self.tmpfs_bytes = tmpfs_mb << 20
         self._python_dirs = _python_dirs(self.python)
-        self._pool: deque[tuple[subprocess.Popen[bytes], int, str | None]] = deque()
+        self._pool: deque[_Spawned] = deque()
         self._pool_size = pool_size
         self._lock = threading.Lock()
         self._closed = False
@@ -150,6 +183,15 @@ class LocalSandbox:
             # unshare's --kill-child) fire when the *thread* that spawned them exits, so a
             # short-lived spawning thread would kill the warm interpreters it made.
             threading.Thread(target=self._keep_pool_full, daemon=True).start()
+
+    @property
+    def budget(self) -> BudgetMode:
+        """The mode runs are bounded in: "cgroup", "rlimit" or "per_process"."""
+        return self.plan.mode
+
+    def describe(self) -> str:
+        """One line saying how this sandbox isolates code and bounds each run."""
+        return f"{self.isolation}; {self.plan.describe(self.limits['nproc'])}"
 
     @staticmethod
     def _resolve(isolation: Isolation) -> Literal["bwrap", "unshare", "none"]:
@@ -190,10 +232,13 @@ class LocalSandbox:
         if self.isolation == "unshare":
             ns = ["--net", "--pid", "--mount", "--ipc", "--uts", "--fork", "--kill-child"]
             return [shutil.which("unshare") or "unshare", *ns, "--", *boot]
-        return [*self._bwrap_args(), "--", *boot]
+        # --as-pid-1: bwrap's own init would exit after bwrap does, orphaned to the host's
+        # PID 1, a zombie on every run; as pid 1 the code is bwrap's child, reaped by it.
+        return [*self._bwrap_args(), "--as-pid-1", "--", *boot]
 
     def _bwrap_args(self) -> list[str]:
-        args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
+        args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session"]
+        args += ["--unshare-pid", "--unshare-net"]
         args += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL"]
         if os.geteuid() == 0:
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -218,16 +263,20 @@ class LocalSandbox:
         args += ["--clearenv"] + [a for k, v in SAFE_ENV.items() for a in ("--setenv", k, v)]
         return args
 
-    def _spawn(self) -> tuple[subprocess.Popen[bytes], int, str | None]:
-        """Starts one isolated interpreter, waiting on its control pipe."""
+    def _spawn(self) -> _Spawned:
+        """Starts one isolated interpreter (in its own cgroup), waiting on its control pipe."""
+        group = None
+        if self.plan.hierarchy is not None:
+            group = self.plan.hierarchy.create(self.limits["nproc"] + HELPER_PIDS)
         tmpdir = tempfile.mkdtemp(prefix="agentgym-sandbox-") if self.isolation == "none" else None
         isolated_root = os.geteuid() == 0 and self.isolation != "none"
         uid = _UID_BASE + secrets.randbelow(_UID_SPAN) if isolated_root else None
         ctl_read, ctl_write = os.pipe()
         env = dict(SAFE_ENV, HOME=tmpdir) if tmpdir else SAFE_ENV
+        command = self._command(uid, tmpdir or WORKDIR, ctl_read)
         try:
             proc = subprocess.Popen(
-                self._command(uid, tmpdir or WORKDIR, ctl_read),
+                join_command(group, command) if group else command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -236,9 +285,13 @@ class LocalSandbox:
                 env=env,
                 cwd=tmpdir or "/",
             )
+        except OSError:
+            if group is not None:
+                group.remove()
+            raise
         finally:
             os.close(ctl_read)
-        return proc, ctl_write, tmpdir
+        return _Spawned(proc, ctl_write, tmpdir, group)
 
     def _keep_pool_full(self) -> None:
         while not self._closed:
@@ -254,11 +307,11 @@ class LocalSandbox:
             spawned = self._spawn()
             with self._lock:
                 if self._closed:
-                    _discard(spawned)
+                    _end(spawned, self.isolation)
                     return
                 self._pool.append(spawned)
 
-    def _take(self) -> tuple[subprocess.Popen[bytes], int, str | None]:
+    def _take(self) -> _Spawned:
         with self._lock:
             taken = self._pool.popleft() if self._pool else None
         if self._pool_size:
@@ -279,39 +332,54 @@ class LocalSandbox:
         """Runs `code` as `main.py` in a fresh isolated process tree; see `Sandbox.run`."""
         if self.isolation == "none":
             warnings.warn("LocalSandbox(isolation='none') runs model code UNISOLATED", stacklevel=2)
-        proc, ctl, tmpdir = self._take()
+        spawned = self._take()
+        per_process = process_limits(self.plan.mode, memory_mb, self.limits["nproc"])
         limits = {
-            "RLIMIT_AS": memory_mb << 20,
+            "RLIMIT_AS": per_process.address_space_bytes,
             "RLIMIT_CPU": math.ceil(timeout_s) + 1,
             "RLIMIT_FSIZE": self.limits["max_file_mb"] << 20,
             "RLIMIT_NOFILE": self.limits["nofile"],
-            "RLIMIT_NPROC": self.limits["nproc"],
+            "RLIMIT_NPROC": per_process.processes,
             "RLIMIT_CORE": 0,
         }
         payload = marshal.dumps({"code": code, "files": dict(files or {}), "limits": limits}, 4)
         start = time.monotonic()
+        out, err, cut = b"", b"", None
         try:
-            out, err, cut = communicate(
-                proc,
-                ctl,
-                payload,
-                stdin.encode(),
-                start + timeout_s,
-                self.max_output_bytes,
-            )
+            if spawned.group is not None:
+                spawned.group.set_memory_limit(memory_mb << 20)
+        except OSError as exc:  # EBUSY: the idle interpreter alone holds more than memory_mb
+            err = f"memory_mb={memory_mb} is below what the interpreter needs: {exc}".encode()
+            cut = "memory"
+        try:
+            if cut is None:
+                out, err, cut = communicate(
+                    spawned.proc,
+                    spawned.control_fd,
+                    payload,
+                    stdin.encode(),
+                    start + timeout_s,
+                    self.max_output_bytes,
+                )
+                spawned.control_fd = -1  # communicate closed it
         finally:
-            _discard((proc, -1, tmpdir))  # communicate closed the control pipe
+            ended = _end(spawned, self.isolation)
         duration = time.monotonic() - start
-        return _result(proc.returncode, out, err, cut, duration, self.isolation != "none")
+        res = classify(
+            spawned.proc.returncode, out, err, cut, duration, self.isolation != "none", ended
+        )
+        return dataclasses.replace(res, budget=self.plan.mode)
 
     def close(self) -> None:
         """Kills the warm interpreters; the sandbox can still run code cold."""
         with self._lock:
             self._closed = True
             pool, self._pool = list(self._pool), deque()
-        self._refill.set()
         for spawned in pool:
-            _discard(spawned)
+            _end(spawned, self.isolation)
+        # Only now let the filler thread exit: bwrap's --die-with-parent would kill the
+        # warm bwraps it spawned, orphaning their pid 1 before we could kill it first.
+        self._refill.set()
 
     def __enter__(self) -> LocalSandbox:
         return self
@@ -324,48 +392,43 @@ class LocalSandbox:
             self.close()
 
 
-def _discard(spawned: tuple[subprocess.Popen[bytes], int, str | None]) -> None:
-    """Kills a sandbox process tree and frees what it held."""
-    proc, ctl, tmpdir = spawned
-    if ctl >= 0:
-        os.close(ctl)
+def _end(spawned: _Spawned, isolation: str) -> TreeReport:
+    """Kills a sandbox's process tree, reaps it, and frees what it held (pipes, dirs, cgroup)."""
+    proc = spawned.proc
+    if spawned.control_fd >= 0:
+        os.close(spawned.control_fd)
+        spawned.control_fd = -1
     if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+        # Kill pid 1 of the run's namespace first: the kernel kills the rest of the tree,
+        # and bwrap (or unshare), its parent, reaps it and exits. Killing bwrap first
+        # would orphan that pid 1 to the host's PID 1, a zombie where nothing reaps.
+        roots = _child_pids(proc.pid) if isolation != "none" else []
+        for pid in roots:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=2 if roots else 0.001)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
-    if tmpdir:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    if spawned.tmpdir:
+        shutil.rmtree(spawned.tmpdir, ignore_errors=True)
+    group = spawned.group
+    if group is None:
+        return TreeReport()
+    group.kill()  # nothing should be left; a process outside the namespace would be
+    ended = TreeReport(group.peak_bytes(), group.oom_kills() > 0)
+    if not group.remove():
+        warnings.warn(f"could not remove the run's cgroup {group.memory_dir}", stacklevel=2)
+    return ended
 
 
-def _result(
-    returncode: int | None,
-    out: bytes,
-    err: bytes,
-    cut: Literal["timeout", "output_limit"] | None,
-    duration: float,
-    wrapped: bool,
-) -> ExecutionResult:
-    """Maps how the process ended to a status (see ExecutionResult)."""
-    stdout = out.decode("utf-8", errors="replace")
-    stderr = err.decode("utf-8", errors="replace")
-    if cut is not None:
-        return ExecutionResult(cut, stdout, stderr, None, duration)
-    code = returncode if returncode is not None else -signal.SIGKILL
-    if wrapped and code > 128:  # bwrap reports a child killed by signal N as 128 + N
-        code = -(code - 128)
-    tail = stderr[-2000:]
-    status: Status
-    if code == 0:
-        status = "ok"
-    elif code == -signal.SIGXCPU:
-        status = "timeout"
-    elif "MemoryError" in tail or "Cannot allocate memory" in tail:
-        status = "memory"
-    elif code < 0:
-        status = "killed"
-    else:
-        status = "error"
-    return ExecutionResult(status, stdout, stderr, code, duration)
+def _child_pids(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:  # gone, or a kernel without CONFIG_PROC_CHILDREN
+        return []

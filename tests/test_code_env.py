@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import pytest
 
 import agentgym
+from agentgym.envs.code import env as code_env_module
 from agentgym.envs.code.env import CodeEnv, code_format_reward, extract_code
 from agentgym.envs.code.python_tool import python_tool
 from agentgym.envs.code.tasks import generated_split, humaneval_problems, humaneval_split
@@ -22,13 +25,20 @@ def fenced(code: str) -> str:
     return f"Here is my solution.\n```python\n{code.strip()}\n```\n"
 
 
-@pytest.fixture(scope="module")
-def env():
+@pytest.fixture(scope="module", params=["auto", "rlimit"], ids=["budget-auto", "budget-rlimit"])
+def env(request):
+    """The env on the machine's budget mode, then with the rlimit fallback forced."""
     made = CodeEnv(timeout_s=2.0)
-    try:
-        made.sandbox  # noqa: B018  (made lazily; make it now to skip when it cannot be)
-    except SandboxUnavailableError as err:
-        pytest.skip(f"the local sandbox cannot isolate code here: {err}")
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "rlimit":
+            forced = functools.partial(code_env_module.make_sandbox, budget="rlimit")
+            patch.setattr(code_env_module, "make_sandbox", forced)
+        try:
+            made.sandbox  # noqa: B018  (made lazily; make it now to skip when it cannot be)
+        except SandboxUnavailableError as err:
+            pytest.skip(f"the local sandbox cannot isolate code here: {err}")
+    if request.param == "rlimit":
+        assert made.sandbox.budget == "rlimit"  # type: ignore[attr-defined]
     yield made
     made.close()
 

@@ -6,9 +6,17 @@ sandbox image is missing (`bash sandboxes/docker_setup.sh` provides both).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -209,3 +217,114 @@ def test_no_container_is_left_behind(sandbox: DockerSandbox) -> None:
     sandbox.run("print(1)")
     sandbox.run("while True: pass", timeout_s=0.5)
     assert leftovers(sandbox) == []
+
+
+# -- the whole tree: memory, processes, zombies (as in test_sandbox_tree.py) ------
+
+MARKER = "agentgym-tree-7f3a"
+REEXEC = (
+    "import os, sys\n"
+    f"if {MARKER!r} not in sys.argv:  # a marker in argv, for the host to find the tree\n"
+    f"    os.execv(sys.executable, [sys.executable, '-E', '-s', 'main.py', {MARKER!r}])\n"
+)
+TOUCH_400MB_X16 = REEXEC + (
+    "import time\n"
+    "kids = []\n"
+    "for _ in range(16):\n"
+    "    pid = os.fork()\n"
+    "    if pid == 0:\n"
+    "        held = []\n"
+    "        try:\n"
+    "            while len(held) < 40:\n"
+    "                held.append(bytearray(10 << 20))\n"
+    "        except MemoryError:\n"
+    "            pass\n"
+    "        time.sleep(3)\n"
+    "        os._exit(0 if len(held) == 40 else 3)\n"
+    "    kids.append(pid)\n"
+    "codes = [os.waitstatus_to_exitcode(os.wait()[1]) for _ in kids]\n"
+    "print(len(kids), codes.count(0))\n"
+)
+
+
+def marked() -> set[int]:
+    """Live processes, in any container, whose command line carries MARKER."""
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            if (
+                MARKER.encode() in cmdline
+                and "State:\tZ" not in Path(f"/proc/{entry}/status").read_text()
+            ):
+                found.add(int(entry))
+    return found
+
+
+def pss_mb(pids: set[int]) -> float:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            total += int(rollup.split("Pss:", 1)[1].split()[0])
+    return total / 1024
+
+
+def test_memory_limit_holds_the_whole_tree(sandbox: DockerSandbox) -> None:
+    peak, samples, stop = [0.0], [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], pss_mb(marked()))
+            samples[0] += 1
+            stop.wait(0.02)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        res = sandbox.run(TOUCH_400MB_X16, memory_mb=512, timeout_s=15.0)
+    finally:
+        stop.set()
+        thread.join()
+    assert res.status == "memory", res  # the OOM kill is reported
+    assert res.budget == "cgroup"
+    assert samples[0] > 10 and 200 < peak[0] <= 512 + 64, (peak[0], samples[0])
+    assert marked() == set()
+
+
+def test_fork_fan_out_leaves_no_process_of_the_run(sandbox: DockerSandbox) -> None:
+    code = REEXEC + (
+        "import time\nn = 0\ntry:\n    for _ in range(1000):\n"
+        "        if os.fork() == 0:\n            time.sleep(60)\n            os._exit(0)\n"
+        "        n += 1\nexcept OSError as e:\n    print(n, e.errno)\n"
+    )
+    res = sandbox.run(code, timeout_s=10.0)
+    forked, err = map(int, res.stdout.split())
+    assert (res.status, err) == ("ok", errno.EAGAIN) and forked < PIDS_LIMIT
+    assert res.duration_s < 5.0
+    assert marked() == set()
+
+
+PID1_SCRIPT = """
+import json, os
+from agentgym.sandboxes.docker import DockerSandbox
+codes = ["print(1)", "while True: pass", "import os\\nwhile True:\\n    try:\\n"
+         "        os.fork()\\n    except OSError:\\n        pass"]
+sb = DockerSandbox()
+for i in range(20):
+    sb.run(codes[i % 3], timeout_s=0.5)
+sb.close()
+zombies = [e for e in os.listdir("/proc") if e.isdigit()
+           and open(f"/proc/{e}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"]
+print(json.dumps({"pid": os.getpid(), "zombies": len(zombies)}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a pid namespace of our own needs root here")
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is missing")
+def test_twenty_runs_leave_no_zombie_when_the_trainer_is_pid_1() -> None:
+    cmd = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", PID1_SCRIPT]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out == {"pid": 1, "zombies": 0}
