@@ -407,7 +407,9 @@ def _end(spawned: _Spawned, isolation: str) -> TreeReport:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         try:
-            proc.wait(timeout=2 if roots else 0.001)
+            # generous: on a loaded machine bwrap may take seconds to reap and exit, and
+            # killing it first would orphan the run's pid 1
+            proc.wait(timeout=10 if roots else 0.001)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

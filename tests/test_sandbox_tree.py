@@ -121,6 +121,8 @@ class PssSampler:
 
     def __init__(self, kill_above_mb: float | None = None) -> None:
         self.kill_above_mb = kill_above_mb
+        # what other tests left running below this process is not the run's
+        self.before = descendants(os.getpid())
         self.peak_mb = 0.0
         self.samples = 0
         self._stop = threading.Event()
@@ -129,7 +131,7 @@ class PssSampler:
     def _loop(self) -> None:
         me = os.getpid()
         while not self._stop.is_set():
-            below = descendants(me)
+            below = descendants(me) - self.before
             self.peak_mb = max(self.peak_mb, pss_mb(below))
             self.samples += 1
             if self.kill_above_mb is not None and self.peak_mb > self.kill_above_mb:
@@ -149,9 +151,11 @@ class PssSampler:
 
 @pytest.fixture(autouse=True)
 def reaper() -> Iterator[None]:
-    """Kills whatever a run left below this process or marked, even when the test fails."""
+    """Kills whatever a run left below this process or marked, even when the test fails
+    (processes that were there before the test, another test's, are left alone)."""
+    before = descendants(os.getpid())
     yield
-    for pid in descendants(os.getpid()) | set(marked_processes()):
+    for pid in (descendants(os.getpid()) - before) | set(marked_processes()):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
 
@@ -267,6 +271,7 @@ except OSError as e:
 def test_fork_fan_out_stops_at_the_cap_and_leaves_nothing(mode, budget):
     if budget == "cgroup" and not isinstance(HIERARCHY, cgroups.Hierarchy):
         pytest.skip(f"no cgroup for runs: {HIERARCHY}")
+    before = descendants(os.getpid())
     with LocalSandbox(isolation=mode, budget=budget, max_processes=12) as sandbox:
         res = sandbox.run(FAN_OUT, memory_mb=MEMORY_MB, timeout_s=8)
     forked, err = map(int, res.stdout.split())
@@ -274,7 +279,7 @@ def test_fork_fan_out_stops_at_the_cap_and_leaves_nothing(mode, budget):
     assert (res.status, err) == ("ok", errno.EAGAIN), res
     assert forked == cap - 1  # the run's own process is one of the cap
     assert res.duration_s < 4  # the sleeping children died with the run's pid 1
-    assert marked_processes() == [] and descendants(os.getpid()) == set()
+    assert marked_processes() == [] and descendants(os.getpid()) - before == set()
 
 
 PID1_SCRIPT = """
