@@ -107,6 +107,8 @@ def group_advantages(
             is given and not [N].
     """
     groups, valid = _grouped(rewards, group_size, scorable)
+    # min=1 keeps 0/0 out of empty groups; groups of fewer than two scored samples get 0
+    # below whatever count says (so a mutant clamping at 2 is equivalent)
     count = valid.sum(dim=1, keepdim=True).clamp(min=1)
     filled = torch.where(valid, groups, 0.0)
     mean = filled.sum(dim=1, keepdim=True) / count
@@ -119,6 +121,8 @@ def group_advantages(
         adv = centered / (std + eps)
     elif scale == "batch":
         scored = groups[valid]
+        # with nothing scored every advantage is 0 below, whatever std is: the test only
+        # avoids the mean of an empty tensor (mutants of the test or of 0.0 are equivalent)
         std = (scored - scored.mean()).square().mean().sqrt() if scored.numel() else 0.0
         adv = centered / (std + eps)
     flat = _all_equal(groups, valid).unsqueeze(1)
@@ -195,6 +199,8 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     Entries under a zero mask are ignored even if inf or NaN; an empty selection gives 0.
     """
     keep = mask.bool()
+    # sum(None) would sum everything too: the `dim is None` cases only spell it out
+    # (mutants that drop them are equivalent)
     total = torch.where(keep, x, 0.0).sum() if dim is None else torch.where(keep, x, 0.0).sum(dim)
     count = keep.sum() if dim is None else keep.sum(dim)
     return total / count.clamp(min=1)
@@ -210,6 +216,7 @@ def aggregate(per_token: Tensor, mask: Tensor, aggregation: Aggregation,
     sum / `max_tokens` (a constant: the most tokens a completion may have; None: T),
     then mean over sequences.
     """
+    # on a [B, T] loss, dim -1 is dim 1 (mutants that turn -1 into +1 are equivalent)
     if aggregation == "seq_mean_token_mean":
         return masked_mean(per_token, mask, dim=-1).mean()
     if aggregation == "token_mean":
@@ -286,10 +293,13 @@ def clipped_policy_loss(
         raise ValueError("beta > 0 needs ref_logprobs: pass the reference policy's log-probs")
     keep = loss_mask.bool()
     # Zero the masked positions *before* any exp, so their gradient is an exact 0, not 0*inf.
+    # Any finite fill would do, here and for ref and is_weights below: every later read
+    # selects through `keep` (mutants that fill 1.0 are equivalent).
     logp = torch.where(keep, logprobs, 0.0)
     old = torch.where(keep, old_logprobs.detach(), 0.0)
     log_ratio = (logp - old).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     if importance_sampling_level == "sequence":
+        # [B, T] and [B]: dim -1 is dim 1 (mutants that turn -1 into +1 are equivalent)
         log_ratio = masked_mean(log_ratio, keep, dim=-1).unsqueeze(-1).expand_as(log_ratio)
     elif importance_sampling_level != "token":
         raise ValueError(
@@ -418,6 +428,7 @@ def entropy_from_logprobs(logprobs: Tensor) -> Tensor:
     Takes log-softmax output (the learner already has it); -inf entries
     (banned tokens) count as 0 * log 0 = 0.
     """
-    # zeroing -inf first keeps its gradient 0 instead of 0 * inf = NaN
+    # zeroing -inf first keeps its gradient 0 instead of 0 * inf = NaN; exp(-inf) = 0 then
+    # zeroes whatever finite value stands there (a mutant filling 1.0 is equivalent)
     finite = torch.where(torch.isfinite(logprobs), logprobs, 0.0)
     return -(logprobs.exp() * finite).sum(dim=-1)

@@ -68,6 +68,8 @@ def shared_prefix_length(batch: Batch) -> int:
 
 
 def _decoder_and_head(model):
+    # a peft model hands attribute reads to its base model: asking it directly gives the same
+    # decoder, head and config (mutants of the test here and in `_softcap` are equivalent)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return base.get_decoder(), base.get_output_embeddings()
 
@@ -87,11 +89,15 @@ def run_prefix(model, ids: torch.Tensor) -> Prefix:
     """Runs `ids` [1, P] through the decoder; returns (P, each layer's keys and values)."""
     decoder, _ = _decoder_and_head(model)
     cache = DynamicCache()
+    # a mask of ones masks nothing, and transformers fills a cache it is given whatever
+    # use_cache says (mutants of both are equivalent here and in `_hidden_states`)
     decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
             **{cache_kwarg(decoder): cache})  # fmt: skip
     return ids.shape[1], [(layer.keys, layer.values) for layer in cache.layers]
 
 
+# token_logprobs, the only caller, always passes share_prefix (a mutant of its default is
+# equivalent)
 def _hidden_states(model, batch: Batch, prefix: Prefix | None = None, share_prefix: bool = True
                    ) -> tuple[torch.Tensor, int]:  # fmt: skip
     """The last hidden states [N, L - P] of positions P.., and P, the shared prefix run once.
@@ -103,14 +109,20 @@ def _hidden_states(model, batch: Batch, prefix: Prefix | None = None, share_pref
     decoder, _ = _decoder_and_head(model)
     ids, mask = batch.input_ids, batch.attention_mask
     if prefix is None:
+        # any length under MIN_SHARED_PREFIX means none (so 1 for 0 is an equivalent mutant,
+        # here and in `backward_micro_batches` and `Learner.accumulate`)
         shared = shared_prefix_length(batch) if batch.size > 1 and share_prefix else 0
         if shared < MIN_SHARED_PREFIX:
+            # rows are right-padded: no position the loss reads attends to a pad, with or
+            # without the mask (mutants that drop it, here and below, are equivalent)
             return decoder(input_ids=ids, attention_mask=mask).last_hidden_state, 0
         prefix = run_prefix(model, ids[:1, :shared])
     shared, layers = prefix
     cache = DynamicCache()
     for i, (keys, values) in enumerate(layers):
         cache.update(keys.expand(batch.size, -1, -1, -1), values.expand(batch.size, -1, -1, -1), i)
+    # transformers would count the positions on from the cache too (a mutant that drops them is
+    # equivalent); device=ids.device matters only off the CPU
     positions = torch.arange(shared, ids.shape[1], device=ids.device).expand(batch.size, -1)
     out = decoder(input_ids=ids[:, shared:], attention_mask=mask, position_ids=positions,
                   use_cache=True, **{cache_kwarg(decoder): cache})  # fmt: skip
@@ -133,6 +145,7 @@ def _head_logprobs(model, head, hidden: torch.Tensor, targets: torch.Tensor, tem
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     logits = _softcap(model, logits) / temperature
+    # [K, V] and [K, 1]: dim -1 is dim 1 (mutants that turn -1 into +1 are equivalent)
     logsm = torch.log_softmax(logits, dim=-1)
     with torch.no_grad():
         entropy = grpo.entropy_from_logprobs(logsm)
@@ -157,6 +170,9 @@ def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | Non
     rows, cols = batch.loss_mask.nonzero(as_tuple=True)
     _, head = _decoder_and_head(model)
     selected, targets = hidden[rows, cols - shared], batch.input_ids[rows, cols + 1]
+    # only a vocabulary over LOGIT_BUDGET / 2 tokens could tell max(1, ...) from max(2, ...)
+    # (an equivalent mutant); use_reentrant=False below gives backward() the same gradients
+    # as True (mutants of it are equivalent)
     step = max(1, LOGIT_BUDGET // head.weight.shape[0])
     if len(rows) <= step:
         kept, ent = _head_logprobs(model, head, selected, targets, temperature)
@@ -174,9 +190,10 @@ def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | Non
             for i in range(0, len(rows), step)
         ]
         kept, ent = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    # device= matters only off the CPU, where the tests cannot check it
     logp = torch.zeros(batch.loss_mask.shape, dtype=kept.dtype, device=kept.device)
     logp = logp.index_put((rows, cols), kept)
-    entropy = torch.zeros_like(logp, requires_grad=False)
+    entropy = torch.zeros_like(logp, requires_grad=False)  # False is the default (equivalent)
     entropy[rows, cols] = ent.detach()
     return logp, entropy
 
@@ -208,6 +225,8 @@ def backward_micro_batches(
     if shared >= MIN_SHARED_PREFIX and micro_batches:
         with context():
             _, layers = run_prefix(model, batch.input_ids[:1, :shared])
+        # keys and values in pairs, one leaf each: `strict` here and below can never fail
+        # (mutants of it are equivalent)
         outputs = [t for kv in layers for t in kv]
         leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
         prefix = (shared, list(zip(leaves[0::2], leaves[1::2], strict=True)))
@@ -417,6 +436,8 @@ class Learner:
                                        share_prefix=not self.sharded)  # fmt: skip
         totals = {key: sum(p[key] for p in parts) for key in LOSS_METRICS}
         if select is None:
+            # what follows runs under torchrun only, whose tests run in subprocesses
+            # (tests/test_distributed_learner.py): mutation testing cannot reach it
             return totals
         if not self.sharded:  # FSDP sums each layer's gradients itself, in its backward
             dist.all_reduce_grads([p for p in self.model.parameters() if p.requires_grad])
@@ -448,6 +469,9 @@ class Learner:
             importance_sampling_level=self.config.grpo.importance_sampling_level,
             kl_estimator=self.config.grpo.kl_estimator,
             max_tokens=self.config.sampling.max_episode_tokens,
+            # passing is_weights=None is passing none (a mutant that always passes it is
+            # equivalent); the zip below pairs four names with four stats, so its `strict`
+            # never fails (mutants of it are equivalent)
             **({} if micro.is_weights is None else {"is_weights": micro.is_weights}),
         )
         stats = (out.policy_loss, out.kl, out.clip_fraction,
@@ -517,6 +541,7 @@ def _empty(micro: Batch) -> Batch:
 
 
 def _to(batch: Batch, device: torch.device) -> Batch:
+    # only a second device tells its mutants apart (the tests run on the CPU alone)
     if batch.input_ids.device == device:
         return batch
     return Batch(

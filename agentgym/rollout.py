@@ -91,12 +91,15 @@ def continuation_ids(
     would produce for the whole conversation. When the sample ended with the
     stop token, that token is already in the trajectory and is not repeated.
     """
+    # templates test generation_prompt for truth: None would read as False (mutants that pass
+    # None here and for the glue below are equivalent)
     before = render(tokenizer, history, generation_prompt=False)
     after = render(tokenizer, history + new_messages, generation_prompt=True)
     if not after.startswith(before):
         raise ValueError("the chat template does not render conversations append-only")
     # what the template puts after the assistant's content: found with a sentinel content,
-    # since the real content may be empty or occur earlier in the conversation
+    # since the real content may be empty or occur earlier in the conversation (the sentinel
+    # occurs once, so a mutant taking its first occurrence is equivalent)
     marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]
     glue = render(tokenizer, marked, generation_prompt=False).rpartition(_SENTINEL)[2]
     if stopped and tokenizer.eos_token and glue.startswith(tokenizer.eos_token):
