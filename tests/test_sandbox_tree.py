@@ -5,7 +5,10 @@ Memory tests run one workload, 16 children that each touch up to 400 MB under
 stays within `memory_mb`; in the rlimit fallback the run's summed PSS
 (sampled every 20 ms) stays within `memory_mb` + 64 MB; with per-process
 limits only, the same workload goes past 2 x `memory_mb`, which shows the
-sampler can see a failure. Every test kills what a run left, even when it
+sampler can see a failure. The sampler sums by pid namespace and keeps the
+largest: a run's tree is its own namespace, and whatever else starts below
+pytest meanwhile (a Ray worker an earlier test left, the pool's next worker)
+is not the run's. Every test kills what a run left, even when it
 fails, and each run is bounded by its own `timeout_s`.
 """
 
@@ -113,10 +116,19 @@ def pss_mb(pids: set[int]) -> float:
     return total_kb / 1024
 
 
-class PssSampler:
-    """Sums the PSS of every process below this one every 20 ms; keeps the peak.
+def pid_namespace(pid: int) -> str | None:
+    with contextlib.suppress(OSError):
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    return None
 
-    Past `kill_above_mb` it kills them all: the failure is seen, and the host spared.
+
+class PssSampler:
+    """Every 20 ms, sums the PSS of the processes below this one per pid namespace,
+    and keeps the peak of the largest sum: the run's tree (its namespace's pid 1
+    and all it forks), and not what else starts below pytest meanwhile.
+
+    Past `kill_above_mb` it kills that namespace's processes: the failure is seen,
+    and the host spared.
     """
 
     def __init__(self, kill_above_mb: float | None = None) -> None:
@@ -130,12 +142,20 @@ class PssSampler:
 
     def _loop(self) -> None:
         me = os.getpid()
+        ours = pid_namespace(me)
         while not self._stop.is_set():
-            below = descendants(me) - self.before
-            self.peak_mb = max(self.peak_mb, pss_mb(below))
+            trees: dict[str, set[int]] = {}
+            for pid in descendants(me) - self.before:
+                namespace = pid_namespace(pid)
+                if namespace is not None and namespace != ours:
+                    trees.setdefault(namespace, set()).add(pid)
+            sums = {namespace: pss_mb(pids) for namespace, pids in trees.items()}
+            largest = max(sums, key=sums.__getitem__, default=None)
+            if largest is not None:
+                self.peak_mb = max(self.peak_mb, sums[largest])
             self.samples += 1
             if self.kill_above_mb is not None and self.peak_mb > self.kill_above_mb:
-                for pid in below:
+                for pid in trees.get(largest, ()):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
             self._stop.wait(0.02)
