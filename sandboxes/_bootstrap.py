@@ -3,11 +3,12 @@
 It is source, not an imported module: `LocalSandbox` hands this file's text
 to the sandboxed interpreter with its config as argv[1] (marshal, in hex; the
 payload comes on the control pipe, marshalled too). In order it
-(1) builds the private root when the sandbox is `unshare` (bubblewrap
-builds it otherwise), (2) drops to the unprivileged uid when it started as
-root, (3) waits for the run's payload on the control pipe -- a warm-pool process waits
-here --, then (4) writes the files, sets the rlimits and runs the code as
-`__main__`. Only the standard library; nothing here trusts the payload.
+(0) joins the run's cgroup, when it has one, (1) builds the private root
+when the sandbox is `unshare` (bubblewrap builds it otherwise), (2) drops
+to the unprivileged uid when it started as root, (3) waits for the run's
+payload on the control pipe -- a warm-pool process waits here --, then
+(4) writes the files, sets the rlimits and runs the code as `__main__`.
+Only the standard library; nothing here trusts the payload.
 """
 
 # Only built-in modules (no json, no traceback): their imports were half of a run's start-up.
@@ -120,8 +121,21 @@ def set_limits(limits):
         resource.setrlimit(getattr(resource, name), (value, value))
 
 
+def join_group(fds):
+    """Moves this process into the run's cgroup (its `cgroup.procs` files, opened by the
+    sandbox): all it starts later is in the group too. Exits rather than run unbounded."""
+    try:
+        for fd in fds:
+            os.write(fd, b"0")
+            os.close(fd)
+    except OSError as exc:
+        os.write(2, f"agentgym sandbox: cannot join the run's cgroup: {exc}\n".encode())
+        os._exit(125)
+
+
 def main():
     cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
+    join_group(cfg["join_fds"])
     if cfg.get("build_root"):
         build_root(cfg)
     if cfg.get("uid") is not None and os.getuid() == 0:

@@ -44,7 +44,11 @@ Isolated, and why:
   v1 `memory` and `pids` controllers): memory, page cache and tmpfs
   writes of the whole tree count against `memory_mb` with no swap, and
   processes against a pids limit; an OOM kill in it comes back as
-  "memory"; the group is removed after the run. Elsewhere the fallback
+  "memory"; the group is removed after the run. The run's interpreter
+  joins its group first thing, before any of the run's code, so the
+  group counts all the run allocates (a bare `print` peaks under 1 MB);
+  the pages of the interpreter's start-up (some 10 MB) and bwrap itself
+  stay charged to the trainer, outside `memory_mb`. Elsewhere the fallback
   splits the budget: per-process address space x the process cap stays
   within `memory_mb` (at least 128 MB each, so fewer processes when
   `memory_mb` is small), and the sandbox warns once. `describe()` and each

@@ -32,8 +32,6 @@ from agentgym.sandboxes.base import BudgetMode, SandboxUnavailableError
 Budget = Literal["auto", "cgroup", "rlimit", "per_process"]
 FALLBACK_FLOOR_MB = 128
 """The least address space a process gets in the rlimit fallback."""
-HELPER_PIDS = 1
-"""Processes of a run that are not the code's: bwrap or unshare (the joining sh execs it)."""
 
 
 @dataclass(frozen=True)
@@ -105,15 +103,3 @@ def process_limits(mode: BudgetMode, memory_mb: int, max_processes: int) -> Proc
         return ProcessLimits(memory_mb << 20, max_processes)
     processes = max(1, min(max_processes, memory_mb // FALLBACK_FLOOR_MB))
     return ProcessLimits((memory_mb << 20) // processes, processes)
-
-
-def join_command(group: cgroups.RunGroup, command: list[str]) -> list[str]:
-    """`command`, run by an sh that first moves itself into `group` (so all it forks is in).
-
-    The sh execs the command, so the sandbox's process is in the group
-    before bwrap forks anything, and no code runs outside it.
-    """
-    files = [str(f) for f in group.procs_files]
-    joins = " && ".join(f'echo 0 >"${i + 1}"' for i in range(len(files)))
-    script = f'{joins} && shift {len(files)} && exec "$@"'
-    return ["/bin/sh", "-c", script, "sh", *files, *command]

@@ -169,6 +169,20 @@ class Hierarchy:
             raise
         return group
 
+    def sweep(self) -> list[str]:
+        """Removes the empty run groups that trainers now gone left behind (killed, or
+        exiting with a warm pool open); returns their names. Live trainers' are kept."""
+        removed = []
+        for parent in dict.fromkeys((self.memory_parent, self.pids_parent)):
+            for directory in parent.glob(f"{GROUP_PREFIX}*-*"):
+                owner = directory.name[len(GROUP_PREFIX) :].split("-")[0]
+                if not owner.isdigit() or Path(f"/proc/{owner}").exists():
+                    continue
+                with contextlib.suppress(OSError):  # not empty, or raced: leave it
+                    directory.rmdir()
+                    removed.append(directory.name)
+        return removed
+
 
 def parse_proc_cgroup(text: str) -> dict[str, str]:
     """Maps each v1 controller (and "" for v2) to this process's cgroup path."""
@@ -249,6 +263,8 @@ def detect(max_pids: int = 8) -> Hierarchy | str:
                     probe.remove()
             except OSError as exc:
                 found = f"cgroup v{found.version} at {found.memory_parent}: {exc}"
+            else:
+                found.sweep()
         _detected[""] = found
     return _detected[""]
 

@@ -27,6 +27,7 @@ machine allows one, else by rlimits split to fit (`agentgym.sandboxes.budget`).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -42,6 +43,7 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -51,10 +53,8 @@ from agentgym.sandboxes import cgroups
 from agentgym.sandboxes._io import communicate
 from agentgym.sandboxes.base import BudgetMode, ExecutionResult, SandboxUnavailableError
 from agentgym.sandboxes.budget import (
-    HELPER_PIDS,
     Budget,
     BudgetPlan,
-    join_command,
     plan_budget,
     process_limits,
 )
@@ -178,7 +178,12 @@ class LocalSandbox:
         self._lock = threading.Lock()
         self._closed = False
         self._refill = threading.Event()
+        self._graves: list[cgroups.RunGroup] = []  # emptied run groups the filler removes
         if pool_size:
+            # Warm interpreters and their cgroups go at exit too, if nobody closed us.
+            ref = weakref.ref(self)
+            self._close_at_exit = lambda: (sandbox := ref()) is not None and sandbox.close()
+            atexit.register(self._close_at_exit)
             # One filler thread for the sandbox's lifetime: bwrap's --die-with-parent (and
             # unshare's --kill-child) fire when the *thread* that spawned them exits, so a
             # short-lived spawning thread would kill the warm interpreters it made.
@@ -216,9 +221,11 @@ class LocalSandbox:
 
     # -- processes ---------------------------------------------------------
 
-    def _command(self, uid: int | None, workdir: str, control_fd: int) -> list[str]:
+    def _command(
+        self, uid: int | None, workdir: str, control_fd: int, join_fds: list[int]
+    ) -> list[str]:
         cfg = {"uid": uid, "workdir": workdir, "tmpfs_bytes": self.tmpfs_bytes}
-        cfg["control_fd"] = control_fd
+        cfg |= {"control_fd": control_fd, "join_fds": join_fds}
         if self.isolation == "unshare":
             cfg |= {
                 "build_root": True,
@@ -267,20 +274,23 @@ class LocalSandbox:
         """Starts one isolated interpreter (in its own cgroup), waiting on its control pipe."""
         group = None
         if self.plan.hierarchy is not None:
-            group = self.plan.hierarchy.create(self.limits["nproc"] + HELPER_PIDS)
+            group = self.plan.hierarchy.create(self.limits["nproc"])
+        # The bootstrap joins the group itself, first thing, through these fds: before
+        # any code of the run, with nothing exec'd in between (a joining `sh` cost 3 ms).
+        join_fds = [os.open(f, os.O_WRONLY) for f in group.procs_files] if group else []
         tmpdir = tempfile.mkdtemp(prefix="agentgym-sandbox-") if self.isolation == "none" else None
         isolated_root = os.geteuid() == 0 and self.isolation != "none"
         uid = _UID_BASE + secrets.randbelow(_UID_SPAN) if isolated_root else None
         ctl_read, ctl_write = os.pipe()
         env = dict(SAFE_ENV, HOME=tmpdir) if tmpdir else SAFE_ENV
-        command = self._command(uid, tmpdir or WORKDIR, ctl_read)
+        command = self._command(uid, tmpdir or WORKDIR, ctl_read, join_fds)
         try:
             proc = subprocess.Popen(
-                join_command(group, command) if group else command,
+                command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=(ctl_read,),
+                pass_fds=(ctl_read, *join_fds),
                 start_new_session=True,
                 env=env,
                 cwd=tmpdir or "/",
@@ -290,14 +300,22 @@ class LocalSandbox:
                 group.remove()
             raise
         finally:
-            os.close(ctl_read)
+            for fd in (ctl_read, *join_fds):
+                os.close(fd)
         return _Spawned(proc, ctl_write, tmpdir, group)
 
     def _keep_pool_full(self) -> None:
         while not self._closed:
+            self._bury()
             self._fill_pool()
             self._refill.wait()
             self._refill.clear()
+        self._bury()
+
+    def _bury(self) -> None:
+        """Removes the cgroups of ended runs (list.pop is atomic: no lock needed)."""
+        while self._graves:
+            _remove(self._graves.pop())
 
     def _fill_pool(self) -> None:
         while not self._closed:
@@ -363,7 +381,8 @@ class LocalSandbox:
                 )
                 spawned.control_fd = -1  # communicate closed it
         finally:
-            ended = _end(spawned, self.isolation)
+            graves = self._graves if self._pool_size and not self._closed else None
+            ended = _end(spawned, self.isolation, graves)
         duration = time.monotonic() - start
         res = classify(
             spawned.proc.returncode, out, err, cut, duration, self.isolation != "none", ended
@@ -372,11 +391,14 @@ class LocalSandbox:
 
     def close(self) -> None:
         """Kills the warm interpreters; the sandbox can still run code cold."""
+        if self._pool_size:
+            atexit.unregister(self._close_at_exit)
         with self._lock:
             self._closed = True
             pool, self._pool = list(self._pool), deque()
         for spawned in pool:
             _end(spawned, self.isolation)
+        self._bury()
         # Only now let the filler thread exit: bwrap's --die-with-parent would kill the
         # warm bwraps it spawned, orphaning their pid 1 before we could kill it first.
         self._refill.set()
@@ -392,8 +414,14 @@ class LocalSandbox:
             self.close()
 
 
-def _end(spawned: _Spawned, isolation: str) -> TreeReport:
-    """Kills a sandbox's process tree, reaps it, and frees what it held (pipes, dirs, cgroup)."""
+def _end(
+    spawned: _Spawned, isolation: str, graves: list[cgroups.RunGroup] | None = None
+) -> TreeReport:
+    """Kills a sandbox's process tree, reaps it, and frees what it held (pipes, dirs, cgroup).
+
+    With `graves`, the emptied cgroup is left there for the pool's filler thread to
+    remove, off the caller's path.
+    """
     proc = spawned.proc
     if spawned.control_fd >= 0:
         os.close(spawned.control_fd)
@@ -424,9 +452,16 @@ def _end(spawned: _Spawned, isolation: str) -> TreeReport:
         return TreeReport()
     group.kill()  # nothing should be left; a process outside the namespace would be
     ended = TreeReport(group.peak_bytes(), group.oom_kills() > 0)
-    if not group.remove():
-        warnings.warn(f"could not remove the run's cgroup {group.memory_dir}", stacklevel=2)
+    if graves is not None:
+        graves.append(group)
+    else:
+        _remove(group)
     return ended
+
+
+def _remove(group: cgroups.RunGroup) -> None:
+    if not group.remove():
+        warnings.warn(f"could not remove the run's cgroup {group.memory_dir}", stacklevel=3)
 
 
 def _child_pids(pid: int) -> list[int]:

@@ -266,9 +266,54 @@ def test_a_run_sits_in_its_own_group_with_its_limits():
                     }
             time.sleep(0.02)
         thread.join()
-    assert seen.get("memory") == 300 << 20 and seen.get("pids") == "8", seen  # 7 + bwrap
-    assert seen["procs"], seen
+    assert seen.get("memory") == 300 << 20 and seen.get("pids") == "7", seen
+    assert len(seen["procs"]) == 1, seen  # the code's interpreter; bwrap stays outside
     assert {p.name for p in HIERARCHY.pids_parent.iterdir()} == before  # removed after
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_sweep_removes_only_empty_groups_of_trainers_gone(tmp_path):
+    memory, pids = tmp_path / "memory", tmp_path / "pids"
+    dead, alive = _dead_pid(), os.getpid()
+    for parent in (memory, pids):
+        for name in (f"agentgym-{dead}-0", f"agentgym-{alive}-0", "agentgym-trainer", "other"):
+            (parent / name).mkdir(parents=True)
+    (memory / f"agentgym-{dead}-1").mkdir()
+    (memory / f"agentgym-{dead}-1" / "cgroup.procs").write_text("")  # not empty: kept
+    removed = cgroups.Hierarchy(1, memory, pids).sweep()
+    assert sorted(removed) == [f"agentgym-{dead}-0"] * 2
+    assert sorted(p.name for p in memory.iterdir()) == sorted(
+        [f"agentgym-{dead}-1", f"agentgym-{alive}-0", "agentgym-trainer", "other"]
+    )
+    assert sorted(p.name for p in pids.iterdir()) == [
+        f"agentgym-{alive}-0",
+        "agentgym-trainer",
+        "other",
+    ]
+
+
+@needs_cgroup
+def test_a_trainer_that_exits_with_its_pool_open_leaves_no_group():
+    script = (
+        "from agentgym.sandboxes.local import LocalSandbox\n"
+        "import os\n"
+        "sandbox = LocalSandbox(budget='cgroup', pool_size=2)\n"
+        "print(os.getpid(), sandbox.run('print(1)').status, flush=True)\n"
+    )  # and exits without close()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    pid, status = out.stdout.split()
+    assert status == "ok", out
+    left = [
+        d.name
+        for parent in (HIERARCHY.memory_parent, HIERARCHY.pids_parent)
+        for d in parent.glob(f"{cgroups.GROUP_PREFIX}{pid}-*")
+    ]
+    assert left == []
 
 
 # -- processes -------------------------------------------------------------------
