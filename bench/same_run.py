@@ -1,0 +1,102 @@
+"""Digests of a short training run, to show that a refactor changed no behaviour.
+
+Run from a checkout's root: `python bench/same_run.py tiny --out /tmp/a.json`. It trains
+with the CLI (`python -m agentgym train`) in a fresh directory and writes a JSON of
+sha256 digests: each `metrics.jsonl` row without its timing fields, and each weight
+file of every checkpoint. Two checkouts that print the same JSON trained bitwise the
+same. `--compare A.json B.json` says which entries differ.
+
+- `tiny`: tiny-random, 3 GRPO steps on `cli_envs/Digits-v0` (rewards vary within groups,
+  so the weights move), LoRA, a cosine schedule and a beta schedule; plus an SFT warm-up
+  and held-out evaluations on `cli_envs/TaughtDigits-v0` in a second run.
+- `default`: the default run (`configs/tool_call.yaml`, the embedded model) cut to its
+  first 3 GRPO steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TIMING = {"step_seconds", "rollout_seconds", "tokens_per_second"}
+TINY = [
+    "--env", "cli_envs:cli_envs/Digits-v0", "--model", "tiny-random",
+    "--set", "lora.enabled=true", "--set", "lora.r=4", "--set", "optim.lr=5e-3",
+    "--set", "optim.lr_scheduler=cosine", "--set", "optim.warmup_steps=1",
+    "--set", "grpo.beta=0.04", "--set", "grpo.beta_start=0.01",
+    "--set", "grpo.beta_warmup_steps=3", "--set", "grpo.group_size=4",
+    "--set", "grpo.tasks_per_step=4", "--set", "sampling.max_new_tokens=12",
+    "--set", "run.tensorboard=false", "--set", "run.save_every=2", "--set", "run.steps=3",
+]  # fmt: skip
+TINY_SFT_EVAL = [
+    *TINY, "--env", "cli_envs:cli_envs/TaughtDigits-v0",
+    "--set", "sft.warmup=true", "--set", "sft.steps=2", "--set", "sft.demonstrations=4",
+    "--set", "sft.batch_size=2", "--set", "eval.every=2", "--set", "eval.tasks=2",
+    "--set", "eval.report_tasks=2", "--set", "eval.n=2",
+]  # fmt: skip
+DEFAULT = ["--env", "tool_call", "--config", "configs/tool_call.yaml", "--set", "run.steps=3"]
+RUNS = {"tiny": {"grpo": TINY, "sft_eval": TINY_SFT_EVAL}, "default": {"default": DEFAULT}}
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(run: Path) -> dict[str, str]:
+    """sha256 of each metrics row (timing fields aside) and of each checkpoint's weights."""
+    found = {}
+    for i, line in enumerate((run / "metrics.jsonl").read_text().splitlines()):
+        row = {k: v for k, v in json.loads(line).items() if k not in TIMING}
+        text = json.dumps(row, sort_keys=True).encode()
+        found[f"metrics[{i}] step {row.get('step')}"] = _sha(text)
+    for path in sorted(run.glob("checkpoint-*/**/*.safetensors")):
+        found[str(path.relative_to(run))] = _sha(path.read_bytes())
+    return found
+
+
+def train(args: list[str], where: Path) -> Path:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(["tests", os.environ.get("PYTHONPATH", "")]))
+    out = where / "run"
+    cmd = [sys.executable, "-m", "agentgym", "train", *args, "--set", f"run.output={out}"]
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    return out
+
+
+def compare(a: Path, b: Path) -> int:
+    left, right = json.loads(a.read_text()), json.loads(b.read_text())
+    differ = sorted(k for k in left.keys() | right.keys() if left.get(k) != right.get(k))
+    for key in differ:
+        print(f"differs: {key}")
+    print(f"{len(left.keys() | right.keys()) - len(differ)} entries equal, {len(differ)} differ")
+    return 1 if differ else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", nargs="?", choices=sorted(RUNS), default="tiny")
+    parser.add_argument("--out", type=Path, help="where to write the JSON (default: stdout)")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"))
+    args = parser.parse_args()
+    if args.compare:
+        sys.exit(compare(*args.compare))
+    digests = {}
+    for name, run_args in RUNS[args.which].items():
+        with tempfile.TemporaryDirectory(prefix=f"same-run-{name}-") as tmp:
+            run = train(run_args, Path(tmp))
+            digests |= {f"{name}: {k}": v for k, v in digest(run).items()}
+    text = json.dumps(digests, indent=1, sort_keys=True)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(f"{len(digests)} digests" + (f" -> {args.out}" if args.out else ""))
+    if not args.out:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
