@@ -5,16 +5,10 @@ Importing the package registers the built-in environments with Gymnasium.
 
 import gymnasium as gym
 
-from agentgym.core import AgentEnv, Feedback, Task
+from agentgym.env.core import SHORT_NAMES, AgentEnv, Feedback, Task
 from agentgym.types import Batch, Message, ToolCall, Trajectory, Turn
 
 __version__ = "0.1.0"
-
-SHORT_NAMES = {
-    "math": "agentgym/Math-v0",
-    "code": "agentgym/Code-v0",
-    "tool_call": "agentgym/ToolCall-v0",
-}
 
 if "agentgym/Math-v0" not in gym.registry:
     gym.register(

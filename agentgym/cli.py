@@ -110,10 +110,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from agentgym import dist
-    from agentgym.preflight import check
-    from agentgym.runlog import truncate_logs
-    from agentgym.train import train
+    from agentgym.run.preflight import check
+    from agentgym.run.runlog import truncate_logs
+    from agentgym.run.train import train
+    from agentgym.scale import dist
 
     checkpoint = None
     if args.resume is not None:
@@ -141,7 +141,7 @@ def _resumed_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
     """The config and checkpoint of `train --resume`: the checkpoint's own config, then
     --set and the flags (--steps to go on further). With `auto` and no checkpoint yet,
     the config from the arguments and None (a fresh start)."""
-    from agentgym.checkpoint import is_complete, latest_checkpoint
+    from agentgym.run.checkpoint import is_complete, latest_checkpoint
 
     if args.resume == "auto":
         config = config_from_args(args)
@@ -166,8 +166,8 @@ def _resumed_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from agentgym.preflight import check
-    from agentgym.sft import sft
+    from agentgym.run.preflight import check
+    from agentgym.run.sft import sft
 
     config = config_from_args(args)
     check(config, "sft")  # every problem, before a model loads
@@ -179,8 +179,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentgym.heldout import run_eval
-    from agentgym.preflight import check
+    from agentgym.eval.command import run_eval
+    from agentgym.run.preflight import check
 
     overrides: dict[str, Any] = dict(parse_override(item) for item in args.overrides)
     flags = {"run.env": args.env, "model.name": args.model, "eval.split": args.split,
@@ -222,8 +222,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agentgym.doctor import run_doctor
     from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+    from agentgym.run.doctor import run_doctor
 
     _, tokenizer = load_model_and_tokenizer(args.model)
     formats = ["hermes", "react"] if args.format == "all" else [args.format]
@@ -244,12 +244,12 @@ def _first_doc_line(module: str, cls_name: str) -> str:
 def run() -> NoReturn:
     """The `agentgym` command and `python -m agentgym`: `main`, then exit with its code.
 
-    A torchrun rank whose process group outlived `agentgym.dist.shutdown` (FSDP)
+    A torchrun rank whose process group outlived `agentgym.scale.dist.shutdown` (FSDP)
     ends with `os._exit` after the exit handlers and a flush, skipping the
     interpreter's teardown, during which gloo's threads can abort the process.
     """
     code = main()
-    dist = sys.modules.get("agentgym.dist")  # not imported: no group was joined
+    dist = sys.modules.get("agentgym.scale.dist")  # not imported: no group was joined
     if dist is not None and dist.group_outlived_shutdown():
         atexit._run_exitfuncs()
         sys.stdout.flush()
@@ -260,9 +260,9 @@ def run() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `agentgym` command; returns the exit code."""
-    from agentgym.core import UnknownEnvError
-    from agentgym.interrupt import TrainingError
+    from agentgym.env.core import UnknownEnvError
     from agentgym.policy.models import ModelNotFoundError
+    from agentgym.run.interrupt import TrainingError
 
     args = build_parser().parse_args(argv)
     commands = {

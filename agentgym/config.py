@@ -60,7 +60,7 @@ class GRPOConfig(_Section):
     beta: float = Field(0.04, ge=0, description="KL coefficient (k3); 0 loads no reference model.")
     loss: str = Field(
         "grpo",
-        description="Loss aggregation, by name in agentgym.grpo's registry: grpo, bnpo, "
+        description="Loss aggregation, by name in agentgym.learn.grpo's registry: grpo, bnpo, "
         "dr_grpo, dapo (token_mean is dapo's older name), or one registered by you.",
     )
     epsilon_high: float | None = Field(
@@ -105,7 +105,7 @@ class GRPOConfig(_Section):
     @field_validator("loss")
     @classmethod
     def _registered_loss(cls, name: str) -> str:
-        from agentgym.grpo import POLICY_LOSSES
+        from agentgym.learn.grpo import POLICY_LOSSES
 
         if name not in POLICY_LOSSES:
             raise ValueError(
@@ -245,14 +245,15 @@ class RunConfig(_Section):
     log_completions: int = Field(4, ge=0, description="Completions written per step.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
     stop_on_health: bool = Field(
-        False, description="Stop (with a checkpoint) when a health warning fires (agentgym.health)."
+        False,
+        description="Stop (with a checkpoint) when a health warning fires (agentgym.run.health).",
     )
 
 
 class RewardFunctionConfig(_Section):
     fn: str = Field(
         description="The function, as 'package.module:function' (importable where the run "
-        "starts); see agentgym.reward_fns for the arguments it is called with."
+        "starts); see agentgym.rewards.functions for the arguments it is called with."
     )
     weight: float = Field(
         1.0,

@@ -195,3 +195,8 @@ class Batch:
                 )
             )
         return out
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot go on (e.g. too many non-finite steps, a rollout worker Ray gave
+    up on); the message says why."""

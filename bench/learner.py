@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from agentgym.config import load_config
-from agentgym.learner import Learner
+from agentgym.learn.learner import Learner
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
 from agentgym.types import Batch
 

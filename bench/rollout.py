@@ -32,12 +32,12 @@ import time
 import torch
 import transformers
 
-from agentgym.core import make_env
+from agentgym.env.core import make_env
 from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.hf import HFPolicy, stop_token_ids
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
 from agentgym.policy.vllm import VLLMPolicy, save_model_folder
-from agentgym.rollout import TaskSpec, collect
+from agentgym.rollout.episodes import TaskSpec, collect
 
 
 class TutorialLoopPolicy:

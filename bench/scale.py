@@ -29,12 +29,12 @@ import time
 import torch
 
 from agentgym.config import load_config
-from agentgym.core import make_env
+from agentgym.env.core import make_env
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
-from agentgym.ray_rollout import RayRollout, require_ray
-from agentgym.rollout import TaskSpec, collect
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.scale.ray_rollout import RayRollout, require_ray
 
 
 def sampled_tokens(trajectories) -> int:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from agentgym.core import AgentEnv, Feedback, Task
-from agentgym.tool_env import ExpectedCall, ToolEnv
-from agentgym.tools import tool
+from agentgym.env.core import AgentEnv, Feedback, Task
+from agentgym.env.tool_env import ExpectedCall, ToolEnv
+from agentgym.tools.toolbox import tool
 
 
 class DigitsEnv(AgentEnv):

@@ -18,10 +18,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from agentgym import dist  # noqa: E402
 from agentgym.config import load_config  # noqa: E402
-from agentgym.learner import Learner  # noqa: E402
+from agentgym.learn.learner import Learner  # noqa: E402
 from agentgym.policy.models import load_model_and_tokenizer  # noqa: E402
+from agentgym.scale import dist  # noqa: E402
 from agentgym.types import Batch  # noqa: E402
 
 ROWS = 7

@@ -8,7 +8,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from agentgym import dist
+from agentgym.scale import dist
 
 mode, out = sys.argv[1], Path(sys.argv[2])
 assert dist.init()

@@ -43,20 +43,20 @@ EOF
     fi
 }
 
-sabotage "the advantage's sign flipped inside the learner" agentgym/learner.py \
+sabotage "the advantage's sign flipped inside the learner" agentgym/learn/learner.py \
     "            micro.advantages," "            -micro.advantages," \
     tests/test_learner_gradient.py
 
-sabotage "one micro-batch's weight halved" agentgym/learner.py \
+sabotage "one micro-batch's weight halved" agentgym/learn/learner.py \
     "            weight = self._weight(micro, batch)" \
     "            weight = self._weight(micro, batch) * (0.5 if micro.input_ids.shape[1] == batch.input_ids.shape[1] else 1.0)" \
     tests/test_learner_gradient.py
 
-sabotage "the scheduler's state left out of the resume" agentgym/learner.py \
+sabotage "the scheduler's state left out of the resume" agentgym/learn/learner.py \
     '        self.scheduler.load_state_dict(state["scheduler"])' '        pass' \
     tests/test_resume.py::test_n_steps_then_resume_for_m_more_is_bitwise_one_run_of_n_plus_m
 
-sabotage "the loss mask shifted by one token (rollout)" agentgym/rollout.py \
+sabotage "the loss mask shifted by one token (rollout)" agentgym/rollout/episodes.py \
     "        loss_mask=tuple(ep.loss_mask)," "        loss_mask=(0, *ep.loss_mask[:-1])," \
     tests/test_rollout.py tests/test_tool_rollout.py
 

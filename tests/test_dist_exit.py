@@ -21,7 +21,8 @@ def test_shutdown_tells_whether_fsdp_kept_the_group_alive(tmp_path, mode, outliv
 
 EXIT = """
 import atexit, sys
-from agentgym import cli, dist
+from agentgym import cli
+from agentgym.learn import dist
 atexit.register(lambda: print("exit handler ran", flush=True))
 class Teardown:  # its __del__ runs in the interpreter's teardown, and only there
     def __del__(self):

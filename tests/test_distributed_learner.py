@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgym import dist
+from agentgym.scale import dist
 
 HERE = Path(__file__).parent
 WORLD = 2

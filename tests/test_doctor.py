@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from agentgym.cli import main
-from agentgym.doctor import check_mask, check_prefix, run_doctor, sample_conversation
+from agentgym.run.doctor import check_mask, check_prefix, run_doctor, sample_conversation
 
 # Renders only the last user message in full: not append-only, like templates that
 # strip earlier turns' reasoning.

@@ -7,7 +7,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401  (registers the built-in environments)
-from agentgym.checker import AgentEnvCheckError, check_agent_env
+from agentgym.env.checker import AgentEnvCheckError, check_agent_env
 
 ENV_IDS = sorted(env_id for env_id in gym.registry if env_id.startswith("agentgym/"))
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from agentgym.evaluate import best_step, maj_at_k, paired_bootstrap, pass_at_k
+from agentgym.eval.stats import best_step, maj_at_k, paired_bootstrap, pass_at_k
 
 
 @pytest.mark.parametrize(

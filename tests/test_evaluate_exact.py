@@ -1,11 +1,11 @@
 """The paired bootstrap's exact contract: seeded, every task drawn, percentile ends.
 
-Written against the mutants `make mutate` found alive in `agentgym.evaluate`.
+Written against the mutants `make mutate` found alive in `agentgym.eval.stats`.
 """
 
 from __future__ import annotations
 
-from agentgym.evaluate import paired_bootstrap
+from agentgym.eval.stats import paired_bootstrap
 
 A = [(0.618034 * i) % 1 for i in range(1, 31)]  # 30 distinct scores: few bootstrap means tie
 B = [0.0] * len(A)

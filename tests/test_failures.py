@@ -20,16 +20,16 @@ import numpy as np
 import pytest
 import torch
 
-from agentgym import grpo
 from agentgym.config import ConfigError, RewardsConfig, load_config
-from agentgym.core import AgentEnv, Feedback, Task, make_env
-from agentgym.learner import Learner
+from agentgym.env.core import AgentEnv, Feedback, Task, make_env
+from agentgym.learn import grpo
+from agentgym.learn.learner import Learner
 from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.hf import HFPolicy
-from agentgym.reward_fns import RewardFunctions
-from agentgym.rollout import TaskSpec, collect
-from agentgym.runlog import RunLog, failure_metrics
-from agentgym.train import train_step
+from agentgym.rewards.functions import RewardFunctions
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.run.runlog import RunLog, failure_metrics
+from agentgym.run.train import train_step
 from agentgym.types import Message, Trajectory, Turn
 
 

@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import load_file
 from test_distributed_learner import assert_close, run_on_two_ranks
 
-from agentgym import fsdp_sync
 from agentgym.cli import main
 from agentgym.config import ConfigError, load_config
 from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.scale import fsdp_sync
 
 HERE = Path(__file__).parent
 TOLERANCE = 1e-5

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from agentgym.grpo import (
+from agentgym.learn.grpo import (
     POLICY_LOSSES,
     clipped_policy_loss,
     entropy_from_logprobs,
@@ -379,7 +379,7 @@ def test_dr_grpo_divides_by_a_constant_not_the_width():
 
 @pytest.mark.parametrize(("name", "expected"), [("bnpo", 1.08), ("dapo", 1.08)])
 def test_bnpo_and_dapo_are_token_means_of_a_micro_batch(name, expected):
-    from agentgym.grpo import MICRO_BATCH_WEIGHTS
+    from agentgym.learn.grpo import MICRO_BATCH_WEIGHTS
 
     close(get_policy_loss(name)(*example(), epsilon=0.2).loss, expected)
     # they differ in how the learner weighs micro-batches: dapo by tokens (a token mean
@@ -416,7 +416,7 @@ def test_sequence_level_gradient_spreads_over_the_sequence():
 
 
 def test_k1_kl_estimator_on_hand_example():
-    from agentgym.grpo import kl_k1
+    from agentgym.learn.grpo import kl_k1
 
     logp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
     close(kl_k1(logp, ref), [0.5, -1.0])

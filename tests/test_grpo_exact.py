@@ -1,6 +1,6 @@
 """Exact edges of the GRPO math: error messages, clamps, clip bounds, eps, dtypes.
 
-Written against the mutants `make mutate` found alive in `agentgym.grpo`; every
+Written against the mutants `make mutate` found alive in `agentgym.learn.grpo`; every
 expected number is worked out by hand in the comment beside it.
 """
 
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from agentgym.grpo import (
+from agentgym.learn.grpo import (
     MICRO_BATCH_WEIGHTS,
     POLICY_LOSSES,
     aggregate,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentgym.health import HealthLimits, check_health
+from agentgym.run.health import HealthLimits, check_health
 
 
 def _series(key: str, values: list[float]) -> list[dict]:

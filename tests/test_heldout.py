@@ -10,15 +10,8 @@ import torch
 
 from agentgym.cli import main
 from agentgym.config import load_config
-from agentgym.heldout import (
-    EpisodeScore,
-    HeldOut,
-    TaskResult,
-    compare,
-    final_answer,
-    held_out_ids,
-    summarize,
-)
+from agentgym.eval.heldout import EpisodeScore, HeldOut, TaskResult, final_answer, held_out_ids
+from agentgym.eval.report import compare, summarize
 from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.hf import HFPolicy
 

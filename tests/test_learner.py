@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentgym.config import load_config
-from agentgym.learner import Learner, token_logprobs
+from agentgym.learn.learner import Learner, token_logprobs
 from agentgym.types import Batch
 
 
@@ -124,7 +124,7 @@ def _prefixed_batch(vocab: int, shared: int = 20, n: int = 4, length: int = 40) 
 
 
 def test_a_shared_prefix_is_run_once_with_the_same_logprobs_and_gradients(tiny):
-    from agentgym.learner import shared_prefix_length
+    from agentgym.learn.learner import shared_prefix_length
 
     model, tokenizer = tiny
     batch = _prefixed_batch(len(tokenizer))
@@ -147,14 +147,14 @@ def test_a_shared_prefix_is_run_once_with_the_same_logprobs_and_gradients(tiny):
 
 
 def test_rows_that_differ_early_share_no_prefix(tiny):
-    from agentgym.learner import shared_prefix_length
+    from agentgym.learn.learner import shared_prefix_length
 
     batch = _batch(len(tiny[1]))
     assert shared_prefix_length(batch) == 0
 
 
 def test_the_shared_prefix_path_matches_a_full_forward_through_lora_adapters(tiny):
-    from agentgym.learner import _wrap_lora
+    from agentgym.learn.lora import wrap_lora as _wrap_lora
 
     model, tokenizer = tiny
     wrapped = _wrap_lora(copy.deepcopy(model), _config(**{"lora.enabled": True, "lora.r": 4}))
@@ -193,7 +193,7 @@ def test_final_logit_softcapping_is_applied_after_the_head(tiny):
 def test_a_prefix_run_once_per_step_gives_the_gradient_of_unshared_micro_batches(
     tiny, lora, monkeypatch
 ):
-    import agentgym.learner as learner_module
+    import agentgym.learn.learner as learner_module
 
     model, tokenizer = tiny
     batch = _prefixed_batch(len(tokenizer))
@@ -255,7 +255,7 @@ def _trajectory(vocab: int, reward: float, truncated: bool, seed: int):
 
 
 def test_learner_steps_drop_flat_groups_mask_truncated_episodes_and_iterate(tiny, monkeypatch):
-    from agentgym.train import learner_steps
+    from agentgym.run.train import learner_steps
 
     model, tokenizer = tiny
     # two groups of two: group 0 rewards 1 and 0 (signal), group 1 rewards 1 and 1 (flat);
@@ -285,7 +285,7 @@ def test_learner_steps_drop_flat_groups_mask_truncated_episodes_and_iterate(tiny
 
 
 def test_learner_steps_with_every_group_flat_skip_the_update(tiny):
-    from agentgym.train import learner_steps
+    from agentgym.run.train import learner_steps
 
     model, tokenizer = tiny
     trajs = [_trajectory(len(tokenizer), 1.0, False, i) for i in range(4)]
@@ -303,7 +303,7 @@ def test_an_unknown_loss_name_is_refused_with_the_registered_names():
 
 
 def test_chunked_vocabulary_projection_gives_the_same_logprobs_and_gradients(tiny, monkeypatch):
-    import agentgym.learner as learner_module
+    import agentgym.learn.learner as learner_module
 
     model, tokenizer = tiny
     batch = _prefixed_batch(len(tokenizer))

@@ -1,6 +1,6 @@
 """What the learner passes on and how it cuts the work: options, prefix, micro-batches, chunks.
 
-Written against the mutants `make mutate` found alive in `agentgym.learner`. The
+Written against the mutants `make mutate` found alive in `agentgym.learn.learner`. The
 gradient itself is checked by test_learner_gradient.py; these tests pin what
 leaves the values alone but must hold all the same: every config option
 reaches the loss, the shared prefix runs once, micro-batches hold rows of one
@@ -15,10 +15,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-import agentgym.learner as learner_module
+import agentgym.learn.learner as learner_module
 from agentgym.config import load_config
-from agentgym.grpo import clipped_policy_loss
-from agentgym.learner import (
+from agentgym.learn.grpo import clipped_policy_loss
+from agentgym.learn.learner import (
     Learner,
     backward_micro_batches,
     shared_prefix_length,

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from agentgym.config import load_config
-from agentgym.learner import Learner
+from agentgym.learn.learner import Learner
 from agentgym.types import Batch
 
 TEMPERATURE = 0.7

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from agentgym.checkpoint import save_checkpoint
 from agentgym.cli import main
 from agentgym.config import load_config
-from agentgym.core import make_env
-from agentgym.learner import _wrap_lora
+from agentgym.env.core import make_env
+from agentgym.learn.lora import wrap_lora as _wrap_lora
 from agentgym.policy.base import Generation
 from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.train import train_step
+from agentgym.run.checkpoint import save_checkpoint
+from agentgym.run.train import train_step
 
 PIPELINE = [
     "--set", "sft.warmup=true", "--set", "sft.steps=3", "--set", "sft.demonstrations=4",

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from agentgym.compat import cache_kwarg
 from agentgym.policy.base import SamplingParams
-from agentgym.policy.hf import HFPolicy, ReservedCache, _draw, cache_kwarg, stream_uniforms
+from agentgym.policy.hf import HFPolicy, ReservedCache, _draw, stream_uniforms
 
 
 def _prompt(tokenizer, text: str) -> list[int]:
@@ -232,7 +233,7 @@ def test_sampling_with_merged_adapters_matches_the_adapters_and_unmerges_after(t
     import copy
 
     from agentgym.config import load_config
-    from agentgym.learner import Learner, token_logprobs
+    from agentgym.learn.learner import Learner, token_logprobs
     from agentgym.policy.hf import merged_adapters
     from agentgym.types import Batch
 

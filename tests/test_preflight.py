@@ -10,7 +10,7 @@ import pytest
 
 from agentgym.cli import main
 from agentgym.config import ConfigError, load_config
-from agentgym.preflight import check
+from agentgym.run.preflight import check
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 DIGITS = "cli_envs:cli_envs/Digits-v0"  # 10 tasks a split, no demonstrations
@@ -21,8 +21,8 @@ TRAIN = ["train", "--model", "tiny-random", "--steps", "2"]
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The names of the models anything tried to load; loading itself fails the test."""
     import agentgym.policy.models
-    import agentgym.sft
-    import agentgym.train
+    import agentgym.run.sft
+    import agentgym.run.train
 
     calls: list[object] = []
 
@@ -30,7 +30,7 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         calls.append(name)
         raise AssertionError(f"a model was loaded before the config was checked: {name!r}")
 
-    for module in (agentgym.policy.models, agentgym.train, agentgym.sft):
+    for module in (agentgym.policy.models, agentgym.run.train, agentgym.run.sft):
         monkeypatch.setattr(module, "load_model_and_tokenizer", load)
     return calls
 

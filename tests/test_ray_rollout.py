@@ -15,18 +15,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentgym import weight_sync
 from agentgym.cli import main
 from agentgym.config import Config, ConfigError, load_config
-from agentgym.core import make_env
-from agentgym.interrupt import TrainingError
-from agentgym.learner import _wrap_lora
+from agentgym.env.core import make_env
+from agentgym.learn.lora import wrap_lora as _wrap_lora
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.ray_rollout import RayRollout, require_ray, spread_groups
-from agentgym.rollout import TaskSpec, collect
-from agentgym.weight_sync import SyncGroup
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.run.interrupt import TrainingError
+from agentgym.scale import weight_sync
+from agentgym.scale.ray_rollout import RayRollout, require_ray, spread_groups
+from agentgym.scale.weight_sync import SyncGroup
 
 TESTS = Path(__file__).parent
 SPECS = [TaskSpec(seed=11), TaskSpec(seed=12), TaskSpec(seed=13)]  # 2 + 1 over 2 workers

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgym.checkpoint import is_complete, latest_checkpoint, prune, read_state
 from agentgym.cli import main
 from agentgym.config import load_config
-from agentgym.interrupt import StopRequest
-from agentgym.learner import Learner, lr_factor
+from agentgym.learn.learner import Learner, lr_factor
 from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.run.checkpoint import is_complete, latest_checkpoint, prune, read_state
+from agentgym.run.interrupt import StopRequest
 
 # Rewards that vary within groups under a random model (the share of digits in the reply),
 # a cosine schedule after one warm-up step and a beta schedule: every step moves the weights,
@@ -67,7 +67,7 @@ def _assert_it_trained(run: Path) -> None:
 
 def _stop_after(monkeypatch, steps: int) -> None:
     """SIGTERM to this process as GRPO step `steps` ends: the run checkpoints and stops there."""
-    import agentgym.train as train_module
+    import agentgym.run.train as train_module
 
     real, calls = train_module.train_step, []
 
@@ -139,7 +139,7 @@ def _drop_learner_state(part: str):
 
 def _drop_run_rng():
     """`restore` that leaves the run's random stream (tasks, sampling seeds) fresh."""
-    from agentgym.resume import restore as real
+    from agentgym.run.resume import restore as real
 
     def restore(state, resume, learner, rng):
         fresh = rng.bit_generator.state
@@ -153,7 +153,7 @@ def _drop_run_rng():
 @pytest.mark.parametrize("dropped", ["optimizer", "scheduler", "rng"])
 def test_a_resume_that_drops_a_state_breaks_equality(tmp_path, whole_run, monkeypatch, dropped):
     """Each state the checkpoint holds is needed: without it, the resumed run differs."""
-    import agentgym.train as train_module
+    import agentgym.run.train as train_module
 
     if dropped == "rng":
         monkeypatch.setattr(train_module, "restore", _drop_run_rng())
@@ -231,7 +231,7 @@ KILLED_WRITE = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     import torch
-    from agentgym.checkpoint import save_best, save_checkpoint
+    from agentgym.run.checkpoint import save_best, save_checkpoint
     from agentgym.config import Config
     from agentgym.policy.models import load_model_and_tokenizer
 

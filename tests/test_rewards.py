@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from agentgym.rewards import (
+from agentgym.rewards.verifiable import (
     answers_equal,
     combine,
     extract_boxed,

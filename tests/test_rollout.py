@@ -8,10 +8,10 @@ import gymnasium as gym
 import pytest
 import torch
 
-from agentgym.core import AgentEnv, Feedback, Task
+from agentgym.env.core import AgentEnv, Feedback, Task
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
-from agentgym.rollout import TaskSpec, collect
+from agentgym.rollout.episodes import TaskSpec, collect
 from agentgym.types import Batch, Message
 
 

@@ -4,7 +4,7 @@ A character tokenizer with a small chat template stands in for a real one, so
 every expected trajectory is written out by hand: one id per character, ids
 2 and 3 special (BOS, added only when asked, and the end of turn).
 
-Written against the mutants `make mutate` found alive in `agentgym.rollout`.
+Written against the mutants `make mutate` found alive in `agentgym.rollout.episodes`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import gymnasium as gym
 import pytest
 
 from agentgym.policy.base import Generation, SamplingParams
-from agentgym.rollout import TaskSpec, collect, continuation_ids
+from agentgym.rollout.episodes import TaskSpec, collect, continuation_ids
 from agentgym.types import Message, Turn
 
 BOS, EOS = "\x02", "\x03"

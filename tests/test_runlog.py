@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentgym.runlog import truncate_logs
+from agentgym.run.runlog import truncate_logs
 
 
 def test_truncate_logs_keeps_steps_up_to_the_checkpoint_exactly_and_drops_a_torn_line(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from agentgym.cli import main
 from agentgym.config import load_config
-from agentgym.sft import demonstrations
+from agentgym.run.sft import demonstrations
 
 
 @pytest.mark.parametrize(

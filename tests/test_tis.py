@@ -13,8 +13,8 @@ import torch
 
 from agentgym.cli import build_parser, config_from_args
 from agentgym.config import ConfigError, load_config
-from agentgym.grpo import clipped_policy_loss, truncated_is_weights
-from agentgym.learner import Learner
+from agentgym.learn.grpo import clipped_policy_loss, truncated_is_weights
+from agentgym.learn.learner import Learner
 from agentgym.types import Batch
 
 

@@ -5,13 +5,13 @@ import pytest
 from episodes import play
 
 import agentgym  # noqa: F401  (registers agentgym/ToolCall-v0)
-from agentgym.core import resolve_env_id
+from agentgym.env.core import resolve_env_id
 from agentgym.envs.tool_call import store as store_module
 from agentgym.envs.tool_call.calculator import calculate
 from agentgym.envs.tool_call.env import ToolCallEnv
 from agentgym.envs.tool_call.store import ReadOnlyStore
 from agentgym.envs.tool_call.tasks import FAMILIES
-from agentgym.tools import HERMES, REACT
+from agentgym.tools.toolbox import HERMES, REACT
 from agentgym.types import ToolCall
 
 FORMATS = {"hermes": HERMES, "react": REACT}

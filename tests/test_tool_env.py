@@ -6,16 +6,16 @@ import gymnasium as gym
 import pytest
 from episodes import play
 
-from agentgym.core import Task
-from agentgym.rewards import combine
-from agentgym.tool_env import (
+from agentgym.env.core import Task
+from agentgym.env.tool_env import (
     DEFAULT_REWARD_WEIGHTS,
     ExpectedCall,
     ToolEnv,
     arguments_equal,
     tool_reward,
 )
-from agentgym.tools import HERMES, REACT, tool
+from agentgym.rewards.verifiable import combine
+from agentgym.tools.toolbox import HERMES, REACT, tool
 from agentgym.types import Completion, ToolCall
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Kenya": "Nairobi", "Peru": "Lima"}

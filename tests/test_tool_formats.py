@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from agentgym.tool_formats import (
+from agentgym.tools.formats import (
     FORMATS,
     HERMES,
     REACT,

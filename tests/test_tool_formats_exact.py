@@ -1,6 +1,6 @@
 """What the model is told about each malformed call, word for word, and the parsers' edges.
 
-Written against the mutants `make mutate` found alive in `agentgym.tool_formats`:
+Written against the mutants `make mutate` found alive in `agentgym.tools.formats`:
 the error messages are the model's only feedback on a bad call, so each is
 pinned; the rest are the Hermes tag scanner's and the ReAct reader's corners.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentgym.tool_formats import HERMES, REACT, CallAttempt, ToolErrorKind
+from agentgym.tools.formats import HERMES, REACT, CallAttempt, ToolErrorKind
 from agentgym.types import ToolCall
 
 INVALID, CUT = ToolErrorKind.INVALID_JSON, ToolErrorKind.TRUNCATED

@@ -12,8 +12,8 @@ import pytest
 
 import agentgym  # noqa: F401  (registers the built-in environments)
 from agentgym.policy.base import Generation, SamplingParams
-from agentgym.rollout import TaskSpec, collect
-from agentgym.tool_formats import get_format
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.tools.formats import get_format
 from agentgym.types import ToolCall
 
 
@@ -114,7 +114,7 @@ def test_bad_calls_are_counted_by_kind_and_the_episode_goes_on(tiny):
 
 
 def test_tool_metrics_aggregate_error_rates_by_kind(tiny):
-    from agentgym.runlog import rollout_metrics
+    from agentgym.run.runlog import rollout_metrics
 
     _, tokenizer = tiny
     bad = ['<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "\\boxed{1}"]

@@ -8,7 +8,7 @@ from typing import Literal
 
 import pytest
 
-from agentgym.tools import (
+from agentgym.tools.toolbox import (
     FORMATS,
     HERMES,
     REACT,

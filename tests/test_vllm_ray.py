@@ -18,11 +18,11 @@ pytest.importorskip(
 pytest.importorskip("ray", reason="Ray is not installed here")
 
 from agentgym.config import load_config  # noqa: E402
-from agentgym.learner import _wrap_lora  # noqa: E402
+from agentgym.learn.lora import wrap_lora as _wrap_lora  # noqa: E402
 from agentgym.policy.base import SamplingParams  # noqa: E402
 from agentgym.policy.models import load_model_and_tokenizer  # noqa: E402
-from agentgym.ray_rollout import RayRollout  # noqa: E402
-from agentgym.rollout import TaskSpec  # noqa: E402
+from agentgym.rollout.episodes import TaskSpec  # noqa: E402
+from agentgym.scale.ray_rollout import RayRollout  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SPECS = [TaskSpec(seed=3)]

@@ -6,7 +6,13 @@ import threading
 
 import torch
 
-from agentgym.weight_sync import GroupAddress, SyncGroup, TensorMeta, plan_buckets, serve_store
+from agentgym.scale.weight_sync import (
+    GroupAddress,
+    SyncGroup,
+    TensorMeta,
+    plan_buckets,
+    serve_store,
+)
 
 
 def _meta(name: str, numel: int, dtype=torch.float32) -> TensorMeta:

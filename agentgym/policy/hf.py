@@ -12,7 +12,6 @@ a row's draws do not depend on what else is in the batch.
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 
+from agentgym.compat import cache_kwarg
 from agentgym.policy.base import Generation, SamplingParams, check_generate_args
 
 
@@ -35,13 +35,6 @@ def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -
     if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
         ids.add(im_end)
     return ids
-
-
-def cache_kwarg(model: PreTrainedModel) -> str:
-    """The forward() keyword for the KV cache: `cache` since transformers 5.x, else the old name."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = inspect.signature(type(base).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 _GOLDEN, _MIX1, _MIX2 = (

@@ -11,7 +11,7 @@ tutorial's `code_reward` plus a small format term, weighted as in MathEnv
   crash or `exit` while importing, the process ending before the tests did, a
   timeout, the memory or output cap.
 - format: +0.3 when the answer holds a closed ```python block, else -0.2 (the
-  values of `agentgym.rewards.format_reward`).
+  values of `agentgym.rewards.verifiable.format_reward`).
 
 How the harness keeps a program from paying itself (exiting early, printing
 pass markers, an `__eq__` that always holds, patching builtins or the checker)
@@ -29,7 +29,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
+from agentgym.env.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
 from agentgym.envs.code import harness, runner
 from agentgym.envs.code.tasks import (
     FAMILIES,
@@ -39,7 +39,7 @@ from agentgym.envs.code.tasks import (
     humaneval_problems,
     humaneval_split,
 )
-from agentgym.rewards import combine
+from agentgym.rewards.verifiable import combine
 from agentgym.sandboxes import Sandbox, make_sandbox
 from agentgym.sandboxes.base import SANDBOX_KINDS
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.core import Split
+from agentgym.env.core import Split
 
 FAMILIES: tuple[str, ...] = ("humaneval", "generated")
 _SALT = "agentgym/Code-v0/split/"

@@ -19,8 +19,8 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
-from agentgym.rewards import Format, combine, extract_boxed, format_reward, math_reward
+from agentgym.env.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
+from agentgym.rewards.verifiable import Format, combine, extract_boxed, format_reward, math_reward
 
 GENERATORS: tuple[str, ...] = (
     "gsm_symbolic",

@@ -19,12 +19,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from agentgym.core import SPLITS, Split, Task, interleave
+from agentgym.env.core import SPLITS, Split, Task, interleave
+from agentgym.env.tool_env import ExpectedCall, ToolEnv
 from agentgym.envs.tool_call.calculator import calculate, same_value
 from agentgym.envs.tool_call.store import SCHEMA_TEXT, ReadOnlyStore
 from agentgym.envs.tool_call.tasks import FAMILIES, family_size, problem
-from agentgym.tool_env import ExpectedCall, ToolEnv
-from agentgym.tools import Tool, tool
+from agentgym.tools.toolbox import Tool, tool
 from agentgym.types import ToolCall
 
 _TASK_ID = re.compile(r"(?P<family>\w+)/(?P<split>\w+)/(?P<index>\d+)")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
-from agentgym.core import Split
+from agentgym.env.core import Split
 from agentgym.envs.tool_call.calculator import evaluate, format_number
 from agentgym.envs.tool_call.store import YEARS, shop_data
 from agentgym.types import ToolCall

@@ -17,8 +17,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym import dist, fsdp_sync, grpo
-from agentgym.checkpoint import (
+from agentgym.config import Config
+from agentgym.env.core import make_env
+from agentgym.eval.console import Stages, print_report
+from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids, task_result
+from agentgym.eval.plots import training_curves
+from agentgym.eval.report import build_report, summarize, write_report
+from agentgym.eval.stats import best_step
+from agentgym.learn import grpo
+from agentgym.learn.learner import Learner
+from agentgym.policy.base import SamplingParams
+from agentgym.policy.hf import HFPolicy, merged_adapters
+from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+from agentgym.policy.vllm import VLLMPolicy, require_vllm, save_model_folder
+from agentgym.rewards.functions import RewardFunctions
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.run.checkpoint import (
     BEST,
     latest_checkpoint,
     read_state,
@@ -26,33 +40,13 @@ from agentgym.checkpoint import (
     save_best,
     save_checkpoint,
 )
-from agentgym.config import Config
-from agentgym.console import Stages, print_report
-from agentgym.core import make_env
-from agentgym.evaluate import best_step
-from agentgym.health import check_health
-from agentgym.heldout import (
-    HeldOut,
-    TaskResult,
-    build_report,
-    held_out_ids,
-    summarize,
-    task_result,
-    write_report,
-)
-from agentgym.interrupt import StopRequest, TrainingError
-from agentgym.learner import Learner
-from agentgym.plots import training_curves
-from agentgym.policy.base import SamplingParams
-from agentgym.policy.hf import HFPolicy, merged_adapters
-from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
-from agentgym.policy.vllm import VLLMPolicy, require_vllm, save_model_folder
-from agentgym.ray_rollout import RayRollout, require_ray
-from agentgym.resume import Progress, RunState, learner_for, load_trainable, restore
-from agentgym.reward_fns import RewardFunctions
-from agentgym.rollout import TaskSpec, collect
-from agentgym.runlog import RunLog, failure_metrics, rollout_metrics, truncate_logs
-from agentgym.sft import warm_up
+from agentgym.run.health import check_health
+from agentgym.run.interrupt import StopRequest, TrainingError
+from agentgym.run.resume import Progress, RunState, learner_for, load_trainable, restore
+from agentgym.run.runlog import RunLog, failure_metrics, rollout_metrics, truncate_logs
+from agentgym.run.sft import warm_up
+from agentgym.scale import dist, fsdp_sync
+from agentgym.scale.ray_rollout import RayRollout, require_ray
 from agentgym.types import Batch, Trajectory
 
 
@@ -227,7 +221,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
     Under `torchrun --nproc-per-node N -m agentgym train ...` rank 0 runs all of
     this and writes every file; the other ranks hold copies of the learner (or,
     with `distributed.learner: fsdp`, shards of it) and step them on the batches
-    rank 0 shares, each on its share (`agentgym.dist`, `agentgym.fsdp_sync`).
+    rank 0 shares, each on its share (`agentgym.scale.dist`, `agentgym.scale.fsdp_sync`).
     """
     fsdp_sync.check(config)
     joined = dist.init()

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from agentgym.config import Config, ConfigError
-from agentgym.core import AgentEnv, UnknownEnvError, make_env
+from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
 from agentgym.policy.models import ModelNotFoundError, check_model_available
 
 Command = Literal["train", "sft", "eval"]

@@ -17,7 +17,7 @@ names, shapes and dtypes, which the learner sends along with the call, and the
 same bucket size, fixed for the group.
 
 A group has fixed members: a member that dies cannot be replaced in it. The
-owner (`agentgym.ray_rollout`) drops the whole group then and forms a new one.
+owner (`agentgym.scale.ray_rollout`) drops the whole group then and forms a new one.
 """
 
 from __future__ import annotations

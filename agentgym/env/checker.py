@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import gymnasium as gym
 
-from agentgym.core import AgentEnv
-from agentgym.spaces import ChatMessages
+from agentgym.env.core import AgentEnv
+from agentgym.env.spaces import ChatMessages
 from agentgym.types import Message
 
 

@@ -1,39 +1,30 @@
-"""torch.distributed for the learner: process group, collectives, and rank 0's lead.
+"""torch.distributed for the learner: the process group and the collectives.
 
 Under `torchrun --nproc-per-node N -m agentgym train ...` every process runs
 the same command. Rank 0 does everything a single process does (rollouts,
 evaluations, logs, checkpoints); the other ranks only hold a copy of the
-learner and step it on the batches rank 0 shares with them (`share_step`,
-`follow`). Each rank computes the gradient of its share of the batch and the
+learner and step it on the batches rank 0 shares with them (the protocol is
+`agentgym.scale.dist`'s). Each rank computes the gradient of its share of the batch and the
 shares are summed (`all_reduce_grads`), so every rank takes the same optimizer
 step: the one a single process takes on the whole batch.
 
 With `distributed.learner: fsdp` no rank holds the weights or the optimizer state
-whole; rank 0 has every rank take part when it gathers them, for its sampler
-(`share_weights`) and for a checkpoint (`share_state`); see `agentgym.fsdp_sync`.
+whole (`fully_shard_model`, `full_optimizer_state`); see `agentgym.scale.fsdp_sync`.
 
-In a single process the collectives are no-ops, or the identity, and rank 0's
-side of the protocol (`build_learner`, `share_step`, `release_followers`) is
-plain `make()` and `learner.step`.
+In a single process the collectives are no-ops, or the identity.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as tdist
 from torch.distributed.tensor import DTensor, distribute_tensor
-
-if TYPE_CHECKING:
-    from agentgym.learner import Learner
-    from agentgym.types import Batch
 
 T = TypeVar("T")
 
@@ -289,85 +280,3 @@ def _unflatten_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None
     for t in tensors:
         t.copy_(flat[offset : offset + t.numel()].view_as(t))
         offset += t.numel()
-
-
-def build_learner(make: Callable[[], Learner]) -> Learner:
-    """Rank 0's learner, `make()`: the other ranks' `follow` loops build theirs alongside
-    (the learner starts from rank 0's weights, sent as it is built)."""
-    broadcast_object(("build", None, None))
-    return make()
-
-
-def share_step(learner: Learner, batch: Batch, beta: float | None = None) -> dict[str, float]:
-    """Rank 0's `learner.step`: first sends the batch to the other ranks' `follow` loops.
-
-    Every rank then steps on the same whole batch; the learner takes its share.
-    """
-    broadcast_object(("step", batch, beta))
-    return learner.step(batch, beta=beta)
-
-
-def share_weights(learner: Learner) -> Iterator[tuple[str, torch.Tensor]]:
-    """Rank 0's `learner.named_weights()`, for a policy that samples with its own copy of
-    the weights: the other ranks' `follow` loops go through theirs alongside, since a
-    sharded learner gathers each weight from every rank. Rank 0 must go through all of them.
-    """
-    broadcast_object(("weights", None, None))
-    return learner.named_weights()
-
-
-def share_state(learner: Learner) -> dict[str, Any]:
-    """Rank 0's `learner.state_dict()`, for a checkpoint: the other ranks' `follow` loops
-    take part, since a sharded learner gathers its optimizer state from every rank."""
-    broadcast_object(("state", None, None))
-    return learner.state_dict()
-
-
-def release_followers() -> None:
-    """Rank 0 tells the other ranks' `follow` loops that the run is over."""
-    if is_main():
-        broadcast_object(("stop", None, None))
-
-
-def follow(make: Callable[[], Learner]) -> int:
-    """The whole run of a rank other than 0; returns the learner steps it took.
-
-    It builds its learner with `make()` when rank 0 builds its own (`build_learner`),
-    steps it on each batch rank 0 shares (`share_step`), takes part in gathering its
-    weights and its optimizer state when rank 0 does (`share_weights`, `share_state`),
-    and returns when rank 0 releases it (`release_followers`), which may come before
-    any learner is built.
-    SIGINT and SIGTERM are ignored meanwhile: rank 0 decides when the run stops
-    (after the current step, with a checkpoint), then releases this rank.
-    """
-    learner, steps = None, 0
-    with _ignoring_signals():
-        while True:
-            kind, batch, beta = broadcast_object(("", None, None))
-            if kind == "stop":
-                return steps
-            if kind == "build":
-                learner = make()
-            elif learner is None:
-                raise RuntimeError(f"rank 0 sent {kind!r} before building its learner")
-            elif kind == "step":
-                learner.step(batch, beta=beta)
-                steps += 1
-            elif kind == "weights":
-                for _ in learner.named_weights():
-                    pass
-            elif kind == "state":
-                learner.state_dict()
-            else:
-                raise RuntimeError(f"unknown message from rank 0: {kind!r}")
-
-
-@contextlib.contextmanager
-def _ignoring_signals() -> Iterator[None]:
-    previous: dict[int, Any] = {s: signal.signal(s, signal.SIG_IGN)
-                                for s in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)

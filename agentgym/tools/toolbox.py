@@ -20,7 +20,7 @@ subprocess or sandbox (`agentgym.sandboxes`). Objects bound to one thread
 (e.g. a `sqlite3` connection) must be created inside the tool, or the box
 built with `default_timeout_s=None`, which runs calls inline with no limit.
 
-The text formats of calls (Hermes, ReAct) live in `agentgym.tool_formats` and
+The text formats of calls (Hermes, ReAct) live in `agentgym.tools.formats` and
 are re-exported here.
 """
 
@@ -41,7 +41,7 @@ from typing import Any, overload
 
 import pydantic
 
-from agentgym.tool_formats import (
+from agentgym.tools.formats import (
     FORMATS,
     HERMES,
     REACT,

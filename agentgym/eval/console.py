@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentgym.heldout import comparison_lines, table_rows
+from agentgym.eval.report import comparison_lines, table_rows
 
 
 class Stages:

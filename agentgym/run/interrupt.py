@@ -15,11 +15,11 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
+from agentgym.types import TrainingError  # re-exported: it lives with the shared records
+
+__all__ = ["SIGNALS", "StopRequest", "TrainingError"]
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class TrainingError(RuntimeError):
-    """A run that cannot go on (e.g. too many non-finite steps); the message says why."""
 
 
 class StopRequest:

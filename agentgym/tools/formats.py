@@ -16,7 +16,7 @@ holds an object is accepted, because OpenAI-style APIs encode arguments so.
 
 A call that could not be parsed becomes a `CallAttempt` with `call=None` and an
 error; a parsed one has `error=None`. Whether the tool exists and the arguments
-fit it is `ToolBox.run`'s job (`agentgym.tools`), which also turns these parse
+fit it is `ToolBox.run`'s job (`agentgym.tools.toolbox`), which also turns these parse
 errors into tool results, so the model hears about every malformed call.
 """
 
@@ -28,13 +28,18 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from agentgym.rewards import extract_boxed
+from agentgym.text import extract_boxed
 from agentgym.types import Message, ToolCall
 
-if TYPE_CHECKING:
-    from agentgym.tools import Tool
+
+class Tool(Protocol):
+    """What a format needs of a tool (`agentgym.tools.Tool` is one): its name and schema."""
+
+    name: str
+
+    def schema(self) -> dict[str, Any]: ...
 
 
 class ToolErrorKind(enum.StrEnum):

@@ -18,7 +18,7 @@ model) reach every worker by one of two paths (`distributed.weight_sync`):
 - `object_store`: put once into Ray's object store (a CPU copy), and every
   worker copies them in by name.
 - `collective`: broadcast from the learner, rank 0 of a torch.distributed group
-  of its own with the workers (`agentgym.weight_sync`; NCCL where the weights
+  of its own with the workers (`agentgym.scale.weight_sync`; NCCL where the weights
   and the workers are on GPUs, gloo otherwise), in buckets; every worker copies
   each bucket's tensors in by name as it arrives. The group is formed at the
   first sync and kept; a vLLM worker then hands what it received to its
@@ -56,17 +56,15 @@ from typing import Any
 
 import torch
 
-from agentgym import weight_sync
 from agentgym.config import Config, ConfigError, DistributedConfig
-from agentgym.core import make_env
-from agentgym.interrupt import TrainingError
-from agentgym.learner import _wrap_lora
+from agentgym.env.core import make_env
+from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.rollout import TaskSpec, collect
-from agentgym.types import Trajectory
-from agentgym.weight_sync import (
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.scale import weight_sync
+from agentgym.scale.weight_sync import (
     GROUP_TIMEOUT_S,
     GroupAddress,
     SyncGroup,
@@ -74,6 +72,7 @@ from agentgym.weight_sync import (
     describe,
     serve_store,
 )
+from agentgym.types import TrainingError, Trajectory
 
 UNAVAILABLE_WAIT_S = 60.0
 """How long a worker may stay unreachable (neither answering nor reported dead)."""
@@ -126,7 +125,7 @@ class RolloutWorker:
             model, self.tokenizer = load_model_and_tokenizer(model_name)
             model = model.to(self.device)
             if config.lora.enabled:  # the learner's adapter names, so its weights load by name
-                model = _wrap_lora(model, config)
+                model = wrap_lora(model, config)
             self.policy = HFPolicy(model, self.tokenizer)
         self.envs = [make_env(config.run.env, **config.run.env_kwargs) for _ in range(envs)]
         self.incarnation = uuid.uuid4().hex  # a restarted actor gets a new one
@@ -203,7 +202,7 @@ def _vllm_policy(config: Config, model_name: str | None):
     model, tokenizer = load_model_and_tokenizer(model_name)
     folder = save_model_folder(model, tokenizer)  # the engine starts from it and owns it
     if config.lora.enabled:  # the engine serves the learner's adapters, by their config
-        model = _wrap_lora(model, config)
+        model = wrap_lora(model, config)
     return VLLMPolicy.for_learner(folder, model, tokenizer, config), tokenizer
 
 

@@ -29,61 +29,17 @@ import sympy
 from math_verify import parse, verify
 from sympy.functions.combinatorial.factorials import CombinatorialFunction
 
+from agentgym.text import BOXED, boxes, extract_boxed
+
 Format = Literal["react", "json", "boxed"]
 FORMATS: tuple[str, ...] = get_args(Format)
 
-_BOXED = re.compile(r"\\boxed\s*\{")
 _REACT_THOUGHT = re.compile(r"^\s*Thought:", re.MULTILINE)
 _REACT_ACTION = re.compile(r"^\s*Action:", re.MULTILINE)
 _TIMEOUT_S = 2  # math-verify's signal alarm, in whole seconds; only on the main thread
 _MAX_ANSWER_CHARS = 1000  # longer "answers" are not answers; never parsed
 _MAX_DIGITS = 10_000  # bound on the digits of a power in a predicted answer
 _MAX_FACTORIAL_ARG = 10_000
-
-
-def _closing_brace(text: str, open_index: int) -> int | None:
-    """Index of the `}` matching the `{` at `open_index`; None if it never closes."""
-    depth = 0
-    i = open_index
-    while i < len(text):
-        char = text[i]
-        if char == "\\":
-            i += 2  # `\{` and `\}` are literal braces in LaTeX; `\\` is a line break
-            continue
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
-
-
-def _boxes(text: str) -> list[str] | None:
-    """Contents of the top-level `\\boxed{...}`s in order; None if one is unbalanced."""
-    found = []
-    pos = 0
-    while match := _BOXED.search(text, pos):
-        end = _closing_brace(text, match.end() - 1)
-        if end is None:
-            return None
-        found.append(text[match.end() : end])
-        pos = end + 1
-    return found
-
-
-def extract_boxed(text: str) -> str | None:
-    """The content of the last `\\boxed{...}` in `text`, nested braces balanced.
-
-    `\\boxed {x}` (whitespace before the brace) counts; `\\boxed x` without braces
-    does not. A box inside a box belongs to the outer one. Returns None when
-    there is no box or when a box never closes.
-
-    So "\\boxed{1}, no: \\boxed{\\frac{1}{2}}" gives "\\frac{1}{2}".
-    """
-    boxes = _boxes(text)
-    return boxes[-1] if boxes else None
 
 
 def _on_main_thread() -> bool:
@@ -180,10 +136,10 @@ def has_boxed_final_answer(text: str) -> bool:
     \\boxed{4}." and "$\\boxed{4}$" count, but a box followed by more reasoning
     does not. Several boxes (hedging) or an unbalanced one do not count.
     """
-    boxes = _boxes(text)
-    if boxes is None or len(boxes) != 1:
+    found = boxes(text)
+    if found is None or len(found) != 1:
         return False
-    last_match = list(_BOXED.finditer(text))[-1]
+    last_match = list(BOXED.finditer(text))[-1]
     return "\n" not in text[last_match.end() :].strip()
 
 

@@ -21,12 +21,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from agentgym import dist
-from agentgym.checkpoint import prune, read_trainer, save_checkpoint
 from agentgym.config import Config
-from agentgym.heldout import TaskResult
-from agentgym.learner import Learner, _wrap_lora
+from agentgym.eval.heldout import TaskResult
+from agentgym.learn.learner import Learner
+from agentgym.learn.lora import wrap_lora
 from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.run.checkpoint import prune, read_trainer, save_checkpoint
+from agentgym.scale import dist
 
 
 @dataclass
@@ -46,7 +47,7 @@ def learner_for(config: Config, model, start_model: str | None, resume: Path | N
     if resume is None:
         return Learner(model, config)
     if config.lora.enabled:  # adapters in before the learner shards them ('fsdp')
-        model = _wrap_lora(model, config)
+        model = wrap_lora(model, config)
         load_trainable(model, Path(resume))
         return Learner(model, config)
     trained, _ = load_model_and_tokenizer(str(resume))

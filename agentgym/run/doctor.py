@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.text import Text
 
-from agentgym.rollout import continuation_ids, render
-from agentgym.tool_formats import get_format
+from agentgym.rollout.episodes import continuation_ids, render
+from agentgym.tools.formats import get_format
 from agentgym.types import ToolCall
 
 _CALL = ToolCall("calculator", {"expression": "48213 * 9127 - 3381"})
@@ -56,7 +56,7 @@ def sample_conversation(format_name: str) -> list[dict]:
 
 
 def _result():
-    from agentgym.tool_formats import ToolResult
+    from agentgym.tools.formats import ToolResult
 
     return ToolResult(name=_CALL.name, content=_RESULT, error=None)
 

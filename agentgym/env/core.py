@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 
 import gymnasium as gym
 
-from agentgym.spaces import ChatMessages, Utterance
+from agentgym.env.spaces import ChatMessages, Utterance
 from agentgym.types import Message
 
 Split = Literal["train", "test"]
@@ -171,14 +171,20 @@ def interleave(families: Sequence[str], index: int, total: int) -> tuple[str, in
     return families[index % len(families)], index // len(families)
 
 
+SHORT_NAMES = {
+    "math": "agentgym/Math-v0",
+    "code": "agentgym/Code-v0",
+    "tool_call": "agentgym/ToolCall-v0",
+}
+"""The CLI's short names of the built-in environments (`import agentgym` registers them)."""
+
+
 class UnknownEnvError(ValueError):
     """An environment name that is neither a short name nor a registered id."""
 
 
 def resolve_env_id(name: str) -> str:
     """Maps a short name (`math`), a registered id, or `module:Env-v0` to a Gymnasium id."""
-    from agentgym import SHORT_NAMES
-
     if name in SHORT_NAMES:
         return SHORT_NAMES[name]
     if ":" in name or name in gym.registry:

@@ -21,9 +21,9 @@ import copy
 
 import torch
 
-from agentgym import dist
 from agentgym.config import Config, ConfigError
-from agentgym.learner import _wrap_lora
+from agentgym.learn.lora import wrap_lora
+from agentgym.scale import dist
 
 
 def check(config: Config) -> None:
@@ -61,5 +61,5 @@ def unsharded_copy(model: torch.nn.Module, config: Config) -> torch.nn.Module:
     if config.lora.enabled:
         devices = [whole.device] if whole.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            whole = _wrap_lora(whole, config)
+            whole = wrap_lora(whole, config)
     return whole.train()

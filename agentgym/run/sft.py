@@ -17,13 +17,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentgym.checkpoint import save_checkpoint
 from agentgym.config import Config
-from agentgym.core import make_env
-from agentgym.learner import Prefix, _wrap_lora, backward_micro_batches, token_logprobs
+from agentgym.env.core import make_env
+from agentgym.learn.learner import Prefix, backward_micro_batches, token_logprobs
+from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.rollout import TaskSpec, collect
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.run.checkpoint import save_checkpoint
 from agentgym.types import Batch, Trajectory
 
 
@@ -77,7 +78,7 @@ def warm_up(model, tokenizer, config: Config, advance=lambda: None) -> tuple[obj
     `advance()` is called after each step.
     """
     s = config.sft
-    model = _wrap_lora(model, config) if config.lora.enabled else model
+    model = wrap_lora(model, config) if config.lora.enabled else model
     demos = demonstrations(config, tokenizer, s.demonstrations, config.run.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=s.lr)

@@ -2,7 +2,7 @@
 
 The learner recomputes the policy's logprobs of the batch's tokens (logits
 divided by the sampling temperature, as the sampler drew them), takes the
-loss from `agentgym.grpo`'s registry, and steps AdamW under the learning-rate
+loss from `agentgym.learn.grpo`'s registry, and steps AdamW under the learning-rate
 schedule. A step whose loss or gradient norm is not finite changes nothing: its
 update is skipped and reported (`skipped`). The KL reference is a frozen copy of
 the initial weights, or, with LoRA, the same model with its adapters switched
@@ -39,9 +39,10 @@ from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache, PreTrainedModel
 
-from agentgym import dist, grpo
+from agentgym.compat import cache_kwarg
 from agentgym.config import Config
-from agentgym.policy.hf import cache_kwarg
+from agentgym.learn import dist, grpo
+from agentgym.learn.lora import wrap_lora
 from agentgym.types import Batch
 
 T = TypeVar("T")
@@ -243,20 +244,6 @@ def backward_micro_batches(
     return results
 
 
-def _wrap_lora(model: PreTrainedModel, config: Config) -> PreTrainedModel:
-    from peft import LoraConfig, get_peft_model
-
-    lora = config.lora
-    peft_config = LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, peft_config)
-
-
 def _has_adapters(model) -> bool:
     from peft import PeftModel
 
@@ -297,7 +284,7 @@ class Learner:
                  reference: PreTrainedModel | None = None):  # fmt: skip
         self.config = config
         wrap = config.lora.enabled and not _has_adapters(model)
-        self.model = _wrap_lora(model, config) if wrap else model
+        self.model = wrap_lora(model, config) if wrap else model
         self.model.train()
         dist.broadcast_module(self.model)
         self.sharded = dist.active() and config.distributed.learner == "fsdp"

@@ -1,0 +1,454 @@
+"""The config as a command line: every field in `--help`, `--set` read by type, TRL's names.
+
+Every field of `agentgym.config.Config` becomes a flag `--section.field VALUE` in
+its section's argument group, with the description, type and default its
+pydantic `Field` declares, so nothing is documented twice. A flag is another
+spelling of `--set section.field=VALUE`: both append to the same list, in
+command-line order, and later ones win.
+
+Values are read by the field's declared type, not as YAML: a `str` keeps the
+text as given (`model.name=no` is "no"), a `bool` takes true/false/yes/no/on/
+off/1/0, an optional field takes null, None or ~ for None; lists, dicts and
+models take YAML flow syntax (`[calculator]`, `{a: 1}`), their items again read
+by type, and only a value typed `Any` (in `run.env_kwargs`) is plain YAML. A key
+may reach into a dict (`run.env_kwargs.families=[calculator]`); dicts merge into
+the config file's, other values replace. TRL_ALIASES and TRL_REFUSED say which
+of TRL's GRPOConfig names mean ours and which are refused, naming ours.
+
+`python -m agentgym.config_cli --markdown > docs/configs.md` writes the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib.metadata
+import sys
+import types
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel
+
+from agentgym.config import Config, ConfigError, load_config
+
+# TRL GRPOConfig names that mean what our field means.
+TRL_ALIASES: dict[str, str] = {
+    "num_generations": "grpo.group_size",
+    "loss_type": "grpo.loss",
+    "beta": "grpo.beta",
+    "epsilon": "grpo.epsilon",
+    "epsilon_high": "grpo.epsilon_high",
+    "num_iterations": "grpo.num_iterations",
+    "scale_rewards": "grpo.scale_rewards",
+    "importance_sampling_level": "grpo.importance_sampling_level",
+    "mask_truncated_completions": "grpo.mask_truncated_completions",
+    "vllm_importance_sampling_clip_max": "grpo.tis_cap",
+    "temperature": "sampling.temperature",
+    "top_p": "sampling.top_p",
+    "learning_rate": "optim.lr",
+    "weight_decay": "optim.weight_decay",
+    "max_grad_norm": "optim.max_grad_norm",
+    "lr_scheduler_type": "optim.lr_scheduler",
+    "warmup_steps": "optim.warmup_steps",
+    "vllm_gpu_memory_utilization": "policy.gpu_memory_utilization",
+    "vllm_enable_sleep_mode": "policy.enable_sleep_mode",
+    "vllm_max_model_length": "policy.max_model_len",
+    "seed": "run.seed",
+    "output_dir": "run.output",
+}
+
+# TRL GRPOConfig names that mean something else here: why, and what to use.
+TRL_REFUSED: dict[str, str] = {
+    "max_completion_length": "TRL's bounds one completion; here sampling.max_new_tokens bounds "
+    "a turn and sampling.max_episode_tokens a whole episode",
+    "per_device_train_batch_size": "TRL's counts completions; here a step samples "
+    "grpo.tasks_per_step x grpo.group_size episodes and optim.micro_batch_size of them go "
+    "through each forward/backward",
+    "gradient_accumulation_steps": "here a step accumulates over its whole batch of "
+    "grpo.tasks_per_step x grpo.group_size episodes, optim.micro_batch_size at a time",
+    "max_steps": "TRL's counts optimizer steps; run.steps counts sampled batches, each "
+    "trained grpo.num_iterations times",
+    "use_vllm": "use policy.backend=vllm",
+    "log_completions": "TRL's is a switch; run.log_completions is how many are written per step",
+}
+
+NULLS = frozenset({"null", "Null", "NULL", "None", "none", "~"})
+BOOLS = {"true": True, "yes": True, "on": True, "1": True,
+         "false": False, "no": False, "off": False, "0": False}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FieldDoc:
+    """One config field as `--help` and docs/configs.md show it."""
+
+    key: str  # grpo.beta; rewards.functions[].fn for a field of a list's items
+    annotation: Any
+    default: str  # as written on the command line; "required" when there is none
+    description: str
+
+
+def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> Iterator[FieldDoc]:
+    """Every field below `model`, depth first; a list of models is followed by its items' fields."""
+    for name, info in model.model_fields.items():
+        if _is_model(info.annotation):
+            yield from field_docs(info.annotation, f"{prefix}{name}.")
+            continue
+        default = (
+            "required" if info.is_required() else flow(info.get_default(call_default_factory=True))
+        )
+        yield FieldDoc(f"{prefix}{name}", info.annotation, default, info.description or "")
+        items = [m for m in _members(info.annotation) if get_origin(m) is list]
+        if items and _is_model(get_args(items[0])[0]):
+            yield from field_docs(get_args(items[0])[0], f"{prefix}{name}[].")
+
+
+def flow(value: Any) -> str:
+    """`value` as it would be written after `--set key=`."""
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | dict):
+        return yaml.safe_dump(value, default_flow_style=True).strip()
+    return str(value)
+
+
+def type_name(annotation: Any) -> str:
+    """A declared type as a reader would write it: `float | None`, `{hf,vllm}`, `list[str]`."""
+    members = _members(annotation)
+    if len(members) > 1:
+        return " | ".join(type_name(m) for m in members)
+    kind = members[0]
+    if get_origin(kind) is Literal:
+        return "{" + ",".join(str(a) for a in get_args(kind)) + "}"
+    if get_origin(kind) in (list, dict):
+        return f"{get_origin(kind).__name__}[{', '.join(type_name(a) for a in get_args(kind))}]"
+    if _is_model(kind):
+        return "{" + ", ".join(kind.model_fields) + "}"
+    if kind is Any:
+        return "Any"
+    return "None" if kind is type(None) else kind.__name__
+
+
+# ---- reading --set ------------------------------------------------------------------
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """`--set key=value` strings as nested overrides (`{"grpo": {"beta": 0.1}}`), later winning.
+
+    Raises:
+        ConfigError: naming the key or value and what would be valid.
+    """
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected section.field=value, e.g. grpo.beta=0.02")
+        path, annotation = resolve(key.strip())
+        node = overrides
+        for part in path[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[path[-1]] = merge(node.get(path[-1]), parse_value(annotation, raw, ".".join(path)))
+    return overrides
+
+
+def resolve(key: str) -> tuple[list[str], Any]:
+    """The path and declared type of a dotted key; TRL's names resolve to ours."""
+    parts = key.split(".")
+    if parts[-1] in TRL_REFUSED and len(parts) <= 2 and _declared(parts) is None:
+        raise ConfigError(f"{key!r} is not accepted: {TRL_REFUSED[parts[-1]]}")
+    alias = TRL_ALIASES.get(parts[-1], "")
+    if (len(parts) == 1 and alias) or (len(parts) == 2 and alias.startswith(f"{parts[0]}.")):
+        parts = alias.split(".")
+    annotation: Any = Config
+    for depth, part in enumerate(parts):
+        dicts = [m for m in _members(annotation) if get_origin(m) is dict]
+        if _is_model(annotation):
+            if part not in annotation.model_fields:
+                raise ConfigError(_unknown(key, parts[:depth], annotation))
+            annotation = annotation.model_fields[part].annotation
+        elif dicts:
+            annotation = get_args(dicts[0])[1] if get_args(dicts[0]) else Any
+        elif annotation is not Any:
+            where = ".".join(parts[:depth])
+            raise ConfigError(f"{key!r}: {where} is {type_name(annotation)}; it has no keys")
+    return parts, annotation
+
+
+def parse_value(annotation: Any, raw: str, key: str) -> Any:
+    """`raw` read as the declared type: the text itself for str, flow YAML for containers."""
+    members = _members(annotation)
+    try:
+        if Any in members:
+            return yaml.safe_load(raw) if raw.strip() else ""
+        if any(_is_container(m) for m in members) and raw.lstrip()[:1] in ("[", "{"):
+            return _read_node(annotation, yaml.compose(raw, Loader=yaml.SafeLoader), key)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or "unreadable"
+        raise ConfigError(f"{key}: {raw!r} is not YAML flow syntax: {problem}") from None
+    return _read_node(annotation, yaml.ScalarNode("tag:yaml.org,2002:str", raw), key)
+
+
+def _read_node(annotation: Any, node: yaml.Node, key: str) -> Any:
+    members = _members(annotation)
+    lists = [m for m in members if get_origin(m) is list]
+    maps = [m for m in members if get_origin(m) is dict or _is_model(m)]
+    if Any in members:
+        return yaml.SafeLoader("").construct_document(node)
+    if isinstance(node, yaml.ScalarNode):
+        if type(None) in members and node.style is None and node.value.strip() in NULLS:
+            return None
+        for kind in sorted(members, key=_takes_any_text):  # text last: it takes all
+            try:
+                return _scalar(kind, node.value)
+            except ValueError:
+                continue
+    elif isinstance(node, yaml.SequenceNode) and lists:
+        item = get_args(lists[0])[0] if get_args(lists[0]) else Any
+        return [_read_node(item, n, f"{key}[{i}]") for i, n in enumerate(node.value)]
+    elif isinstance(node, yaml.MappingNode) and maps:
+        types_ = {k.value: _value_type(maps[0], k.value) for k, _ in node.value}
+        return {k.value: _read_node(types_[k.value], v, f"{key}.{k.value}") for k, v in node.value}
+    got = node.value if isinstance(node, yaml.ScalarNode) else yaml.serialize(node).strip()
+    raise ConfigError(f"{key}: expected {type_name(annotation)}, got {got!r}")
+
+
+def _scalar(kind: Any, text: str) -> Any:
+    """`text` as one scalar type; ValueError when it is not one."""
+    if _takes_any_text(kind):
+        return text  # pydantic checks a Literal and names its values
+    if kind is bool and text.strip().lower() in BOOLS:
+        return BOOLS[text.strip().lower()]
+    if kind in (int, float):
+        return kind(text.strip())
+    raise ValueError(text)
+
+
+def _value_type(kind: Any, name: str) -> Any:
+    if _is_model(kind):
+        field = kind.model_fields.get(name)
+        return field.annotation if field else Any  # pydantic names an unknown field
+    return get_args(kind)[1] if get_args(kind) else Any
+
+
+def _declared(parts: list[str]) -> Any:
+    """The annotation of a dotted path of model fields, or None where there is no such field."""
+    annotation: Any = Config
+    for part in parts:
+        if not _is_model(annotation) or part not in annotation.model_fields:
+            return None
+        annotation = annotation.model_fields[part].annotation
+    return annotation
+
+
+def _unknown(key: str, where: list[str], model: type[BaseModel]) -> str:
+    keys = [d.key for d in field_docs() if "[]" not in d.key]
+    close = difflib.get_close_matches(key, [*Config.model_fields, *keys, *TRL_ALIASES], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if not where:
+        shape = "keys look like section.field with section one of"
+        return f"unknown config key {key!r}{hint}; {shape}: {', '.join(Config.model_fields)}"
+    valid = ", ".join(model.model_fields)
+    return f"unknown config key {key!r}{hint}; valid fields of {'.'.join(where)!r}: {valid}"
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a value may take: a union's members, each without its Annotated metadata."""
+    if get_origin(annotation) is Annotated:
+        return _members(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [m for arg in get_args(annotation) for m in _members(arg)]
+    return [annotation]
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _takes_any_text(annotation: Any) -> bool:
+    return annotation in (str, Path) or get_origin(annotation) is Literal
+
+
+def _is_container(annotation: Any) -> bool:
+    return get_origin(annotation) in (list, dict) or _is_model(annotation)
+
+
+# ---- building the config ------------------------------------------------------------
+
+
+def merge(base: Any, override: Any) -> Any:
+    """`override` over `base`: dicts merge key by key, any other value replaces."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return override
+    return {**base, **{k: merge(base.get(k), v) for k, v in override.items()}}
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A YAML config file as a mapping of sections; an empty section (`grpo:`) is `{}`."""
+    where = f"config file {str(path)!r}"
+    if not Path(path).is_file():
+        raise ConfigError(f"{where} does not exist")
+    try:
+        with Path(path).open() as stream:
+            loaded = yaml.safe_load(stream) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where} is not valid YAML: {err}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{where} must hold a mapping of sections")
+    for section, fields in loaded.items():
+        model = _declared([str(section)])
+        if model is None:
+            raise ConfigError(f"{where}: " + _unknown(str(section), [], Config))
+        if fields is not None and not isinstance(fields, dict):
+            raise ConfigError(f"{where}: section {section!r} must hold a mapping, not {fields!r}")
+        if unknown := sorted((fields or {}).keys() - model.model_fields.keys()):
+            raise ConfigError(f"{where}: " + _unknown(f"{section}.{unknown[0]}", [section], model))
+    return {section: fields or {} for section, fields in loaded.items()}
+
+
+def load(path: Path | None, items: Sequence[str]) -> Config:
+    """The Config from an optional YAML file, then `--set` strings in order."""
+    data = merge(read_config_file(path) if path is not None else {}, parse_overrides(items))
+    flat = {
+        f"{section}.{field}": v for section, fields in data.items() for field, v in fields.items()
+    }
+    try:
+        return load_config(None, flat)
+    except ConfigError as err:
+        if path is None:
+            raise
+        raise ConfigError(f"{err}\n  (config file {str(path)!r}, then --set and flags)") from None
+
+
+# ---- argparse -----------------------------------------------------------------------
+
+
+class _ConfigAction(argparse.Action):
+    """`--section.field VALUE` or a TRL name: appends `key=VALUE` to the list `--set` fills,
+    or, for a TRL name that means something else here, fails naming the fields to use."""
+
+    def __init__(self, option_strings, dest, key: str = "", refused: str = "", **kwargs) -> None:
+        kwargs["default"] = argparse.SUPPRESS  # sets nothing unless given: `--set` owns dest
+        super().__init__(option_strings, dest, **kwargs)
+        self.key, self.refused = key, refused
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if self.refused:
+            raise argparse.ArgumentError(self, f"not accepted: {self.refused}")
+        items = getattr(namespace, self.dest, None) or []
+        setattr(namespace, self.dest, [*items, f"{self.key}={values}"])
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, dest: str = "overrides") -> None:
+    """Adds every config field as `--section.field VALUE`, one argument group per section,
+    then TRL's names; each appends `key=VALUE` to `dest`, the list `--set` fills.
+
+    Call it after the parser's own arguments: it fixes the usage line to those.
+    """
+    own = parser.format_usage().removeprefix("usage: ").rstrip().replace("%", "%%")
+    indent = " " * len(f"usage: {parser.prog} ")
+    parser.usage = f"{own}\n{indent}[--SECTION.FIELD VALUE ...]"
+    docs = list(field_docs())
+    to_set = {"action": _ConfigAction, "dest": dest}
+    for section in Config.model_fields:
+        title = f"{section} (--{section}.FIELD VALUE, or --set {section}.FIELD=VALUE)"
+        group = parser.add_argument_group(title)
+        for doc in (d for d in docs if d.key.split(".")[0] == section and "[]" not in d.key):
+            metavar = _metavar(doc.annotation)
+            kind = "" if metavar == type_name(doc.annotation) else f"{type_name(doc.annotation)}, "
+            text = f"{doc.description} ({kind}default: {doc.default})"
+            for item in (d for d in docs if d.key.startswith(f"{doc.key}[].")):
+                text += f" Each item's {item.key.rpartition('.')[2]}: {item.description} "
+                text += f"({type_name(item.annotation)}, {item.default})"
+            help_text = text.replace("%", "%%")
+            group.add_argument(
+                f"--{doc.key}", key=doc.key, metavar=metavar, help=help_text, **to_set
+            )
+    trl = parser.add_argument_group("TRL's names", "GRPOConfig's names, where they mean ours")
+    for name, key in TRL_ALIASES.items():
+        metavar = _metavar(_declared(key.split(".")))
+        trl.add_argument(f"--{name}", key=key, metavar=metavar, help=f"same as --{key}", **to_set)
+    for name, why in TRL_REFUSED.items():
+        help_text = f"refused: {why}".replace("%", "%%")
+        trl.add_argument(
+            f"--{name}", refused=why, nargs="?", metavar="VALUE", help=help_text, **to_set
+        )
+
+
+def _metavar(annotation: Any) -> str:
+    kinds = [m for m in _members(annotation) if m is not type(None)]
+    if len(kinds) == 1 and get_origin(kinds[0]) is Literal:
+        return type_name(kinds[0])
+    names = {list: "LIST", dict: "DICT"}
+    return "|".join(
+        names.get(get_origin(k), getattr(k, "__name__", "VALUE").upper()) for k in kinds
+    )
+
+
+# ---- the reference and the version ---------------------------------------------------
+
+
+def markdown() -> str:
+    """docs/configs.md: every field of every section, then TRL's names."""
+    command = "python -m agentgym.config_cli --markdown > docs/configs.md"
+    lines = [
+        f"*Generated by `{command}` from the `Field` descriptions in agentgym/config.py; "
+        "edit those, not this file.*",
+        "",
+        "# Config reference",
+        "",
+        "A run's config is the defaults below, then a YAML file (`--config`), then "
+        "`--set section.field=VALUE` (or `--section.field VALUE`) in command-line order. "
+        "Values are read by the field's type: text as given for `str`, true/false/yes/no/1/0 "
+        "for `bool`, null/None/~ for None where a field may be None, YAML flow syntax "
+        "(`[a, b]`, `{k: v}`) for lists and dicts. A key may reach into a dict: "
+        "`--set run.env_kwargs.families=[calculator]`.",
+    ]
+    docs = list(field_docs())
+    for section in Config.model_fields:
+        lines += ["", f"## {section}", "", "| field | type | default | description |", "|-|-|-|-|"]
+        lines += [
+            f"| `{d.key}` | {_cell(type_name(d.annotation))} | `{_cell(d.default)}` | "
+            f"{_cell(d.description)} |"
+            for d in docs
+            if d.key.split(".")[0] == section
+        ]
+    note = "Accepted where they mean ours (`--num_generations 4`, `--set num_generations=4`, "
+    note += "`--set grpo.num_generations=4`), refused where they mean something else."
+    lines += ["", "## TRL's names", "", note, "", "| TRL | here |", "|-|-|"]
+    lines += [f"| `{name}` | `{key}` |" for name, key in TRL_ALIASES.items()]
+    lines += [f"| `{name}` | refused: {_cell(why)} |" for name, why in TRL_REFUSED.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def version() -> str:
+    """The installed agentgym's version, for `agentgym --version`."""
+    try:
+        return importlib.metadata.version("agentgym")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (agentgym is not installed; pip install -e .)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m agentgym.config_cli --markdown`: prints the config reference."""
+    parser = argparse.ArgumentParser(prog="python -m agentgym.config_cli")
+    parser.add_argument("--markdown", action="store_true", help="print docs/configs.md")
+    if not parser.parse_args(argv).markdown:
+        parser.print_help(sys.stderr)
+        return 2
+    sys.stdout.write(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

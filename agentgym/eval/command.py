@@ -1,0 +1,52 @@
+"""`agentgym eval`: held-out play of a model (and a baseline), its report and table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids
+from agentgym.eval.report import build_report, summarize, write_report
+
+
+def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> dict[str, Any]:
+    """`agentgym eval`: plays the held-out tasks with the model (and the baseline), writes
+    the report under `output`, prints its table; returns the report."""
+    from agentgym.eval.console import Stages, print_report
+    from agentgym.policy.hf import HFPolicy
+    from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+
+    ev, run = config.eval, config.run
+    ids = held_out_ids(run.env, run.env_kwargs, ev.tasks, split=ev.split)
+    names = {"model": config.model.name, **({"baseline": baseline} if baseline else {})}
+    results: dict[str, list[TaskResult]] = {}
+    with Stages() as stages:
+        for role, name in names.items():
+            model, tokenizer = load_model_and_tokenizer(name)
+            held = HeldOut.from_config(config, ids, tokenizer, n=n)
+            try:
+                task = stages.stage(f"eval {role}", held.episodes)
+                policy = HFPolicy(model, tokenizer)
+                advance = lambda count, task=task: stages.advance(task, count)  # noqa: E731
+                results[role] = held.run(policy, seed=run.seed, advance=advance)
+                figures = summarize(results[role])["greedy"]
+                stages.note(task, f"correct {figures['correctness_strict']:.3f}", done=True)
+            finally:
+                held.close()
+        meta = {
+            "env": run.env,
+            "env_kwargs": run.env_kwargs,
+            "split": ev.split,
+            **{role: resolve_model_name(name) for role, name in names.items()},
+            "n": n,
+            "k": k,
+            "temperature": config.sampling.temperature,
+            "top_p": config.sampling.top_p,
+            "max_new_tokens": ev.max_new_tokens or config.sampling.max_new_tokens,
+        }
+        report = build_report(results, k=k if n else 1,
+                              comparisons=[("model", "baseline")] if baseline else (),
+                              meta=meta)  # fmt: skip
+        write_report(output, report)
+        print_report(report, stages.bar.console)
+    return report

@@ -1,0 +1,214 @@
+"""Held-out evaluation: play test tasks greedily and by sampling, and score them.
+
+`HeldOut` plays each task once greedily (temperature 0) and, optionally, n
+times at the sampling temperature and top-p, through the same rollout as
+training, so an evaluated episode is exactly a training episode without the update.
+`agentgym.eval.report` turns the per-task results into the report's figures; the
+statistics themselves (pass@k, maj@k, bootstrap) live in `agentgym.eval.stats`.
+
+Correctness is judged two ways, side by side:
+
+- strict: the environment's own verdict, which needs the exact format (a
+  `\\boxed{}` or `Final Answer:` the env parses, after well-formed tool calls);
+- lenient: math-verify equivalence of any final answer found in the last
+  assistant message (boxed, `Final Answer:`, or else its last number), so a
+  right answer in the wrong format still counts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentgym.env.core import make_env
+from agentgym.policy.base import Policy, SamplingParams
+from agentgym.policy.hf import merged_adapters
+from agentgym.rewards.verifiable import answers_equal, extract_boxed
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.types import Trajectory
+
+_FINAL_ANSWER = re.compile(r"Final Answer:[ \t]*(.+)")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def final_answer(text: str) -> str | None:
+    """The answer an assistant message gives: its boxed answer, its `Final Answer:`, or its
+    last number; None when it has none of these."""
+    boxed = extract_boxed(text)
+    if boxed is not None:
+        return boxed.strip()
+    stated = _FINAL_ANSWER.findall(text)
+    if stated:
+        return stated[-1].strip()
+    numbers = _NUMBER.findall(text)
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+@dataclass(frozen=True)
+class EpisodeScore:
+    """One evaluated episode, reduced to what the report needs."""
+
+    reward: float
+    parts: dict[str, float]
+    strict: bool
+    lenient: bool
+    format_ok: bool
+    answer: str | None
+    turns: int
+    tool_calls: float
+    tool_errors: float
+    completion_length: int
+    truncated: bool
+
+    @classmethod
+    def of(cls, t: Trajectory, expected: str) -> EpisodeScore:
+        last = t.turns[-1].action if t.turns else ""
+        answer = final_answer(last)
+        return cls(
+            reward=t.reward,
+            parts=dict(t.reward_parts),
+            strict=t.reward_parts.get("correctness", 0.0) >= 1.0,
+            lenient=answer is not None and answers_equal(answer, expected),
+            format_ok=t.reward_parts.get("format", 0.0) > 0,
+            answer=answer,
+            turns=len(t.turns),
+            tool_calls=t.counts.get("tool_calls", 0.0),
+            tool_errors=sum(v for k, v in t.counts.items() if k.startswith("tool_errors/")),
+            completion_length=t.completion_length,
+            truncated=t.truncated,
+        )
+
+
+@dataclass
+class TaskResult:
+    """A task's greedy episode and its sampled ones."""
+
+    task_id: str
+    expected: str
+    greedy: EpisodeScore
+    samples: list[EpisodeScore] = field(default_factory=list)
+
+
+def task_result(data: dict[str, Any]) -> TaskResult:
+    """A TaskResult from its `dataclasses.asdict` form (as a checkpoint stores it)."""
+    return TaskResult(data["task_id"], data["expected"], EpisodeScore(**data["greedy"]),
+                      [EpisodeScore(**s) for s in data["samples"]])  # fmt: skip
+
+
+def held_out_ids(env_id: str, env_kwargs: dict[str, Any], count: int, *, start: int = 0,
+                 split: str = "test") -> list[str]:  # fmt: skip
+    """Task ids `start .. start + count` of `split` (all there are, when fewer).
+
+    Raises:
+        ValueError: when the split has no task at `start`.
+    """
+    env = make_env(env_id, **env_kwargs)
+    try:
+        agent = env.unwrapped
+        total = agent.num_tasks(split)
+        if start >= total:
+            raise ValueError(
+                f"{env_id}: the {split!r} split has {total} tasks; none from index {start}"
+            )
+        return [agent.task_id(split, i) for i in range(start, min(total, start + count))]
+    finally:
+        env.close()
+
+
+class HeldOut:
+    """Plays a fixed list of held-out tasks with a policy and scores every episode.
+
+    Args:
+        env_id, env_kwargs: The environment, as for `make_env`.
+        task_ids: The tasks, played in this order.
+        tokenizer: The policy's tokenizer.
+        max_new_tokens, max_episode_tokens: The rollout's limits (as in training).
+        stop: Strings that end a turn (as in training).
+        n: Sampled episodes per task besides the greedy one (0: greedy only).
+        temperature, top_p: How those n episodes are sampled: as in training
+            (`from_config`), so that pass@k measures the distribution the policy is
+            trained to sample from. The greedy episode takes no top-p.
+        batch: Most episodes played at once.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        env_kwargs: dict[str, Any],
+        task_ids: Sequence[str],
+        tokenizer,
+        *,
+        max_new_tokens: int,
+        max_episode_tokens: int | None = None,
+        n: int = 0,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        batch: int = 32,
+        stop: Sequence[str] = (),
+    ):
+        if not task_ids:
+            raise ValueError("HeldOut needs at least one task id")
+        self.task_ids = list(task_ids)
+        self.tokenizer = tokenizer
+        self.max_new_tokens, self.max_episode_tokens = max_new_tokens, max_episode_tokens
+        self.n, self.temperature, self.top_p, self.stop = n, temperature, top_p, tuple(stop)
+        self.batch = max(batch, n)
+        self.envs = [make_env(env_id, **env_kwargs) for _ in range(self.batch)]
+        agent = self.envs[0].unwrapped
+        self.expected = {t: str(agent.load_task(t).answer) for t in self.task_ids}
+
+    @classmethod
+    def from_config(cls, config, task_ids: Sequence[str], tokenizer, *, n: int) -> HeldOut:
+        """`task_ids` played with the run's sampling settings and `eval.max_new_tokens`."""
+        s, run = config.sampling, config.run
+        return cls(run.env, run.env_kwargs, task_ids, tokenizer, n=n, temperature=s.temperature,
+                   top_p=s.top_p, max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
+                   max_episode_tokens=s.max_episode_tokens, stop=s.stop)  # fmt: skip
+
+    @property
+    def episodes(self) -> int:
+        """Episodes one `run` plays."""
+        return len(self.task_ids) * (1 + self.n)
+
+    def _play(self, policy: Policy, group: int, params: SamplingParams, advance) -> list:
+        per_chunk = max(1, self.batch // group)
+        out: list[list[Trajectory]] = []
+        for start in range(0, len(self.task_ids), per_chunk):
+            ids = self.task_ids[start : start + per_chunk]
+            specs = [TaskSpec(task_id=t) for t in ids]
+            played = collect(self.envs, specs, group, policy, self.tokenizer, params,
+                             max_tokens=self.max_episode_tokens)  # fmt: skip
+            out += [played[i * group : (i + 1) * group] for i in range(len(ids))]
+            advance(len(played))
+        return out
+
+    def run(self, policy: Policy, *, seed: int = 0,
+            advance: Callable[[int], None] = lambda n: None) -> list[TaskResult]:  # fmt: skip
+        """Plays every task; `advance(k)` is called as each k episodes finish."""
+        with merged_adapters(getattr(policy, "model", None)):
+            return self._run(policy, seed, advance)
+
+    def _run(self, policy: Policy, seed: int, advance: Callable[[int], None]
+             ) -> list[TaskResult]:  # fmt: skip
+        greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0, stop=self.stop)
+        played = self._play(policy, 1, greedy, advance)
+        results = [
+            TaskResult(t, self.expected[t], EpisodeScore.of(g[0], self.expected[t]))
+            for t, g in zip(self.task_ids, played, strict=True)
+        ]
+        if self.n:
+            sampled = SamplingParams(max_new_tokens=self.max_new_tokens, stop=self.stop,
+                                     temperature=self.temperature, top_p=self.top_p,
+                                     seed=seed)  # fmt: skip
+            for result, group in zip(results, self._play(policy, self.n, sampled, advance),
+                                     strict=True):  # fmt: skip
+                result.samples = [EpisodeScore.of(t, result.expected) for t in group]
+        return results
+
+    def close(self) -> None:
+        """Closes the environments; a second call does nothing."""
+        for env in self.envs:
+            env.close()
+        self.envs = []

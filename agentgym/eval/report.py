@@ -1,0 +1,215 @@
+"""Held-out reports: the figures of per-task results, comparisons, tables and files.
+
+`summarize` turns `TaskResult`s into a report's figures (strict and lenient
+correctness, format, reward parts, pass@k, maj@k); `compare` pairs two models on
+the same tasks with a bootstrap interval; `build_report` and `write_report` make
+`report.json`, `report.md` and `report.png`; `table_rows` and `comparison_lines`
+are what the console prints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from agentgym.eval.heldout import EpisodeScore, TaskResult
+from agentgym.eval.stats import maj_at_k, paired_bootstrap, pass_at_k
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _episode_figures(scores: Sequence[EpisodeScore]) -> dict[str, Any]:
+    calls = sum(s.tool_calls for s in scores)
+    parts = sorted({p for s in scores for p in s.parts})
+    return {
+        "correctness_strict": _mean([float(s.strict) for s in scores]),
+        "correctness_lenient": _mean([float(s.lenient) for s in scores]),
+        "format_accuracy": _mean([float(s.format_ok) for s in scores]),
+        "reward_mean": _mean([s.reward for s in scores]),
+        "reward_parts": {p: _mean([s.parts.get(p, 0.0) for s in scores]) for p in parts},
+        "turns": _mean([s.turns for s in scores]),
+        "tool_calls": _mean([s.tool_calls for s in scores]),
+        "tool_error_rate": sum(s.tool_errors for s in scores) / calls if calls else 0.0,
+        "completion_length": _mean([s.completion_length for s in scores]),
+        "truncated": _mean([float(s.truncated) for s in scores]),
+    }
+
+
+def _vote_key(score: EpisodeScore) -> str | None:
+    """The answer as a vote: every answer equivalent to the expected one votes alike."""
+    if score.answer is None:
+        return None
+    return "<expected>" if score.lenient else score.answer.strip()
+
+
+def summarize(results: Sequence[TaskResult], k: int = 1) -> dict[str, Any]:
+    """The report's figures: greedy episode figures, and pass@1, pass@k, maj@k when sampled.
+
+    pass@k counts strict correctness; maj@k votes over the first k sampled
+    answers, equivalent answers (math-verify) voting together.
+    """
+    out: dict[str, Any] = {
+        "tasks": len(results),
+        "greedy": _episode_figures([r.greedy for r in results]),
+    }
+    n = min((len(r.samples) for r in results), default=0)
+    if n:
+        if not 1 <= k <= n:
+            raise ValueError(f"k={k}; valid: 1 to n={n}, the samples per task")
+        sampled = _episode_figures([s for r in results for s in r.samples])
+        correct = [sum(s.strict for s in r.samples) for r in results]
+        sampled["pass@1"] = _mean([pass_at_k(n, c, 1) for c in correct])
+        sampled[f"pass@{k}"] = _mean([pass_at_k(n, c, k) for c in correct])
+        sampled[f"maj@{k}"] = _mean(
+            [maj_at_k([_vote_key(s) for s in r.samples], "<expected>", k)
+             for r in results]
+        )  # fmt: skip
+        out.update(n=n, k=k, sampled=sampled)
+    return out
+
+
+def compare(results: Sequence[TaskResult], baseline: Sequence[TaskResult],
+            level: float = 0.95) -> dict[str, Any]:  # fmt: skip
+    """Per-task correctness differences (model - baseline) with bootstrap intervals: greedy,
+    strict and lenient, and pass@1 of the sampled episodes when both have them.
+
+    Raises:
+        ValueError: unless both hold the same tasks in the same order.
+    """
+    ids, base_ids = [r.task_id for r in results], [r.task_id for r in baseline]
+    if ids != base_ids:
+        raise ValueError("compare() needs both models' results on the same tasks, in order")
+    out: dict[str, Any] = {"level": level, "tasks": len(ids)}
+    scores = {
+        f"correctness_{judge}": lambda r, judge=judge: float(getattr(r.greedy, judge))
+        for judge in ("strict", "lenient")
+    }
+    if all(r.samples for r in (*results, *baseline)):
+        scores["pass@1"] = lambda r: _mean([float(s.strict) for s in r.samples])
+    for key, score in scores.items():
+        diff, low, high = paired_bootstrap([score(r) for r in results],
+                                           [score(r) for r in baseline], level=level)  # fmt: skip
+        out[key] = {"diff": diff, "low": low, "high": high}
+    return out
+
+
+def task_records(results: Sequence[TaskResult]) -> list[dict[str, Any]]:
+    """The per-task results as JSON-ready dicts."""
+    return [asdict(r) for r in results]
+
+
+# -- reports -----------------------------------------------------------------------
+
+TABLE_COLUMNS = (
+    ("correctness_strict", "strict"),
+    ("correctness_lenient", "lenient"),
+    ("format_accuracy", "format"),
+    ("reward_mean", "reward"),
+    ("turns", "turns"),
+    ("tool_calls", "calls"),
+    ("tool_error_rate", "call err"),
+    ("completion_length", "tokens"),
+)
+"""The greedy figures the printed and markdown tables show, with their headers."""
+
+
+def build_report(
+    results: Mapping[str, Sequence[TaskResult]],
+    *,
+    k: int = 1,
+    comparisons: Sequence[tuple[str, str]] = (),
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report of one or more models on the same tasks.
+
+    Keys: "meta" (what was evaluated and how), "models" (name -> `summarize`),
+    "comparisons" ("<a> - <b>" -> `compare(a, b)` for each pair in
+    `comparisons`) and "tasks" (name -> `task_records`).
+    """
+    report: dict[str, Any] = {
+        "meta": dict(meta or {}),
+        "models": {name: summarize(r, k) for name, r in results.items()},
+        "comparisons": {},
+        "tasks": {name: task_records(r) for name, r in results.items()},
+    }
+    for a, b in comparisons:
+        report["comparisons"][f"{a} - {b}"] = compare(results[a], results[b])
+    return report
+
+
+def _cell(value: float) -> str:
+    return (
+        "n/a"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else (f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}")
+    )
+
+
+def table_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the report's table: one row per model, greedy figures then sampled."""
+    models = report["models"]
+    sampled = sorted({k for m in models.values() for k in m.get("sampled", {})
+                      if k.startswith(("pass@", "maj@"))})  # fmt: skip
+    header = ["model", "n", *(h for _, h in TABLE_COLUMNS), *sampled]
+    rows = []
+    for name, m in models.items():
+        row = [name, str(m["tasks"]), *(_cell(m["greedy"][key]) for key, _ in TABLE_COLUMNS)]
+        rows.append(row + [_cell(m.get("sampled", {}).get(key)) for key in sampled])
+    return header, rows
+
+
+def comparison_lines(report: Mapping[str, Any]) -> list[str]:
+    """One line per comparison: the mean per-task difference and its bootstrap interval."""
+    lines = []
+    labels = {"correctness_strict": "greedy correctness (strict)",
+              "correctness_lenient": "greedy correctness (lenient)",
+              "pass@1": "sampled pass@1 (strict)"}  # fmt: skip
+    for name, c in report["comparisons"].items():
+        for key, label in labels.items():
+            if key not in c:
+                continue
+            d = c[key]
+            lines.append(
+                f"{name}: {label} {d['diff']:+.3f}, "
+                f"{c['level']:.0%} bootstrap interval [{d['low']:+.3f}, {d['high']:+.3f}] "
+                f"over {c['tasks']} tasks"
+            )
+    return lines
+
+
+def write_report(directory: Path, report: Mapping[str, Any]) -> list[Path]:
+    """Writes report.json, report.md and report.png under `directory`; returns their paths."""
+    from agentgym.eval.plots import report_chart
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / "report.json", directory / "report.md", directory / "report.png"]
+    paths[0].write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
+    header, rows = table_rows(report)
+    md = [f"# Evaluation: {report['meta'].get('env', '')}", ""]
+    md += [f"- {key}: {value}" for key, value in report["meta"].items()] + [""]
+    md += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(row) + " |" for row in rows]
+    md += ["", *(f"- {line}" for line in comparison_lines(report)), ""]
+    md += ["![report](report.png)", ""]
+    paths[1].write_text("\n".join(md))
+    rates = ("correctness_strict", "correctness_lenient", "format_accuracy")
+    figures = {}
+    for name, m in report["models"].items():
+        figures[name] = {key: m["greedy"][key] for key in rates}
+        figures[name].update({k: v for k, v in m.get("sampled", {}).items()
+                              if k.startswith(("pass@", "maj@"))})  # fmt: skip
+    report_chart(figures, paths[2])
+    return paths
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} to report.json")
