@@ -9,9 +9,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from agentgym.config import Config, ConfigError, load_config, parse_override
+from agentgym.config import Config, ConfigError
+from agentgym.config_cli import add_config_arguments, load, version
 
 
 def _run_parser(sub, name: str, help_text: str, steps_field: str) -> None:
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentgym", description="Train tool-calling LLM agents with GRPO."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub, "train", "GRPO-train a policy on an environment.", "run.steps")
     sub.choices["train"].add_argument(
@@ -85,12 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--format", choices=["hermes", "react", "all"], default="all", help="tool-call format"
     )
+    for name in ("train", "sft", "eval"):
+        add_config_arguments(sub.choices[name])  # last: every field, as --section.field VALUE
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """The run's config: YAML file, then --set overrides, then the named flags."""
-    overrides: dict[str, Any] = dict(parse_override(item) for item in args.overrides)
     flags = {
         "run.env": args.env,
         "model.name": args.model,
@@ -101,8 +104,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "distributed.rollout_workers": getattr(args, "rollout_workers", None),
         "distributed.ray_address": getattr(args, "ray_address", None),
     }
-    overrides.update({k: v for k, v in flags.items() if v is not None})
-    config = load_config(args.config, overrides)
+    named = [f"{k}={v}" for k, v in flags.items() if v is not None]
+    config = load(args.config, [*args.overrides, *named])
     if config.run.output is None:
         name = config.run.env.replace("/", "_").replace(":", "_")
         config.run.output = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -182,11 +185,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentgym.eval.command import run_eval
     from agentgym.run.preflight import check
 
-    overrides: dict[str, Any] = dict(parse_override(item) for item in args.overrides)
     flags = {"run.env": args.env, "model.name": args.model, "eval.split": args.split,
              "eval.tasks": args.tasks}  # fmt: skip
-    overrides.update({k: v for k, v in flags.items() if v is not None})
-    config = load_config(args.config, overrides)
+    named = [f"{k}={v}" for k, v in flags.items() if v is not None]
+    config = load(args.config, [*args.overrides, *named])
     k = args.k if args.k is not None else max(args.n, 1)
     if args.n < 0 or (args.n and not 1 <= k <= args.n) or (not args.n and args.k):
         raise ConfigError(f"--n {args.n} --k {args.k}: need n >= 0 and 1 <= k <= n (k needs n)")
@@ -244,12 +246,12 @@ def _first_doc_line(module: str, cls_name: str) -> str:
 def run() -> NoReturn:
     """The `agentgym` command and `python -m agentgym`: `main`, then exit with its code.
 
-    A torchrun rank whose process group outlived `agentgym.scale.dist.shutdown` (FSDP)
+    A torchrun rank whose process group outlived `agentgym.learn.dist.shutdown` (FSDP)
     ends with `os._exit` after the exit handlers and a flush, skipping the
     interpreter's teardown, during which gloo's threads can abort the process.
     """
     code = main()
-    dist = sys.modules.get("agentgym.scale.dist")  # not imported: no group was joined
+    dist = sys.modules.get("agentgym.learn.dist")  # not imported: no group was joined
     if dist is not None and dist.group_outlived_shutdown():
         atexit._run_exitfuncs()
         sys.stdout.flush()

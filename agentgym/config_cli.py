@@ -12,8 +12,9 @@ off/1/0, an optional field takes null, None or ~ for None; lists, dicts and
 models take YAML flow syntax (`[calculator]`, `{a: 1}`), their items again read
 by type, and only a value typed `Any` (in `run.env_kwargs`) is plain YAML. A key
 may reach into a dict (`run.env_kwargs.families=[calculator]`); dicts merge into
-the config file's, other values replace. TRL_ALIASES and TRL_REFUSED say which
-of TRL's GRPOConfig names mean ours and which are refused, naming ours.
+the config file's, other values replace. TRL_ALIASES and TRL_REFUSED
+(`agentgym.config_trl`) say which of TRL's GRPOConfig names mean ours and which
+are refused, naming ours.
 
 `python -m agentgym.config_cli --markdown > docs/configs.md` writes the reference.
 """
@@ -34,47 +35,7 @@ import yaml
 from pydantic import BaseModel
 
 from agentgym.config import Config, ConfigError, load_config
-
-# TRL GRPOConfig names that mean what our field means.
-TRL_ALIASES: dict[str, str] = {
-    "num_generations": "grpo.group_size",
-    "loss_type": "grpo.loss",
-    "beta": "grpo.beta",
-    "epsilon": "grpo.epsilon",
-    "epsilon_high": "grpo.epsilon_high",
-    "num_iterations": "grpo.num_iterations",
-    "scale_rewards": "grpo.scale_rewards",
-    "importance_sampling_level": "grpo.importance_sampling_level",
-    "mask_truncated_completions": "grpo.mask_truncated_completions",
-    "vllm_importance_sampling_clip_max": "grpo.tis_cap",
-    "temperature": "sampling.temperature",
-    "top_p": "sampling.top_p",
-    "learning_rate": "optim.lr",
-    "weight_decay": "optim.weight_decay",
-    "max_grad_norm": "optim.max_grad_norm",
-    "lr_scheduler_type": "optim.lr_scheduler",
-    "warmup_steps": "optim.warmup_steps",
-    "vllm_gpu_memory_utilization": "policy.gpu_memory_utilization",
-    "vllm_enable_sleep_mode": "policy.enable_sleep_mode",
-    "vllm_max_model_length": "policy.max_model_len",
-    "seed": "run.seed",
-    "output_dir": "run.output",
-}
-
-# TRL GRPOConfig names that mean something else here: why, and what to use.
-TRL_REFUSED: dict[str, str] = {
-    "max_completion_length": "TRL's bounds one completion; here sampling.max_new_tokens bounds "
-    "a turn and sampling.max_episode_tokens a whole episode",
-    "per_device_train_batch_size": "TRL's counts completions; here a step samples "
-    "grpo.tasks_per_step x grpo.group_size episodes and optim.micro_batch_size of them go "
-    "through each forward/backward",
-    "gradient_accumulation_steps": "here a step accumulates over its whole batch of "
-    "grpo.tasks_per_step x grpo.group_size episodes, optim.micro_batch_size at a time",
-    "max_steps": "TRL's counts optimizer steps; run.steps counts sampled batches, each "
-    "trained grpo.num_iterations times",
-    "use_vllm": "use policy.backend=vllm",
-    "log_completions": "TRL's is a switch; run.log_completions is how many are written per step",
-}
+from agentgym.config_trl import TRL_ALIASES, TRL_REFUSED
 
 NULLS = frozenset({"null", "Null", "NULL", "None", "none", "~"})
 BOOLS = {"true": True, "yes": True, "on": True, "1": True,

@@ -103,12 +103,15 @@ class Trajectory:
     counts: Mapping[str, float] = field(default_factory=dict)
     error: str | None = None
     reward_error: str | None = None
+    token_versions: tuple[int, ...] = ()
     """`turn_spans[k]` is the [start, end) of turn k's sampled ids in `tokens`.
     `counts` sums the numeric counters environments report in `info` over the
     episode: "tool_calls" and "tool_errors/<kind>". `error` is the exception
     `env.step` raised, which ended the episode ("ValueError: ..."); `reward_error`
     why the reward is not a verified outcome (a reward function failed, or the
-    environment's reward is not finite)."""
+    environment's reward is not finite). `token_versions[i]` is the policy version
+    that sampled `tokens[i]` (-1 where the policy did not sample it); empty until a
+    `Sampler` stamps it."""
 
     @property
     def completion_length(self) -> int:

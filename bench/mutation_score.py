@@ -42,14 +42,24 @@ from pathlib import Path
 import pytest
 from mutmut.stats import status_by_exit_code
 
-MODULES = ("evaluate", "grpo", "tool_formats", "rollout", "learner")
-"""The modules scored, in the order they run (fastest first)."""
+MODULES = {
+    "evaluate": "eval.stats",
+    "grpo": "learn.grpo",
+    "tool_formats": "tools.formats",
+    "rollout": "rollout.episodes",
+    "logprobs": "learn.logprobs",
+    "learner": "learn.learner",
+}
+"""The modules scored, in the order they run (fastest first): short name, module under agentgym."""
 
 ONLY = {
-    "learner": [  # Learner's loss and accumulation, and what they call
+    "learner": [  # Learner's loss and accumulation, and what they call here
         "xǁLearnerǁ_loss",
         "xǁLearnerǁaccumulate",
         "xǁLearnerǁ_weight",
+        "x__to",
+    ],
+    "logprobs": [  # what the learner's loss and accumulation call there
         "x_backward_micro_batches",
         "x_token_logprobs",
         "x__head_logprobs",
@@ -58,7 +68,6 @@ ONLY = {
         "x_shared_prefix_length",
         "x__softcap",
         "x__decoder_and_head",
-        "x__to",
     ],
     "rollout": ["x__start", "x__advance", "x_continuation_ids", "x_collect", "x__finish"],
 }
@@ -83,7 +92,7 @@ def functions(module: str) -> list[str]:
     """The mangled names of `module`'s functions in scope, as mutmut names them."""
     if module in ONLY:
         return ONLY[module]
-    tree = ast.parse(Path(f"agentgym/{module}.py").read_text())
+    tree = ast.parse(Path(f"agentgym/{MODULES[module].replace('.', '/')}.py").read_text())
     names = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
@@ -98,7 +107,7 @@ def functions(module: str) -> list[str]:
 def scope(module: str) -> list[str]:
     """`mutmut run` globs for the module's mutants in scope. `f*`, not `f__mutmut_*`: mutmut
     matches them against function names too, to pick the tests of its clean run."""
-    return [f"agentgym.{module}.{name}*" for name in functions(module)]
+    return [f"agentgym.{MODULES[module]}.{name}*" for name in functions(module)]
 
 
 def run_mutmut(module: str, log: Path) -> float:
@@ -118,9 +127,9 @@ def run_mutmut(module: str, log: Path) -> float:
 
 def statuses(module: str) -> dict[str, str]:
     """Each mutant of `module`'s scope and its status ("killed", "survived", "no tests"...)."""
-    meta = Path("mutants/agentgym") / f"{module}.py.meta"
+    meta = Path("mutants/agentgym") / f"{MODULES[module].replace('.', '/')}.py.meta"
     codes = json.loads(meta.read_text())["exit_code_by_key"]
-    names = {f"agentgym.{module}.{name}" for name in functions(module)}
+    names = {f"agentgym.{MODULES[module]}.{name}" for name in functions(module)}
     return {
         name: status_by_exit_code[code]
         for name, code in sorted(codes.items())

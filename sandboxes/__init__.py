@@ -5,7 +5,7 @@ from agentgym.sandboxes.base import (
     Sandbox,
     SandboxUnavailableError,
     Status,
-    make_sandbox,
 )
+from agentgym.sandboxes.factory import make_sandbox
 
 __all__ = ["ExecutionResult", "Sandbox", "SandboxUnavailableError", "Status", "make_sandbox"]

@@ -87,7 +87,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 Status = Literal["ok", "error", "timeout", "memory", "output_limit", "killed"]
 BudgetMode = Literal["cgroup", "rlimit", "per_process"]
@@ -165,25 +165,3 @@ class Sandbox(Protocol):
     def close(self) -> None:
         """Releases the sandbox's resources (warm processes, containers)."""
         ...
-
-
-def make_sandbox(kind: SandboxKind = "local", **kwargs: Any) -> Sandbox:
-    """Builds a sandbox by name: "local" (namespaces + rlimits) or "docker".
-
-    Args:
-        kind: which implementation.
-        **kwargs: passed to the implementation's constructor.
-
-    Raises:
-        ValueError: for an unknown kind.
-        SandboxUnavailableError: when the kind cannot isolate code here.
-    """
-    if kind == "local":
-        from agentgym.sandboxes.local import LocalSandbox
-
-        return LocalSandbox(**kwargs)
-    if kind == "docker":
-        from agentgym.sandboxes.docker import DockerSandbox
-
-        return DockerSandbox(**kwargs)
-    raise ValueError(f"unknown sandbox kind {kind!r}; valid kinds: {', '.join(SANDBOX_KINDS)}")

@@ -15,8 +15,6 @@ from pydantic import BaseModel
 from agentgym.config import Config, ConfigError, load_config
 from agentgym.config_cli import (
     NULLS,
-    TRL_ALIASES,
-    TRL_REFUSED,
     add_config_arguments,
     load,
     main,
@@ -24,6 +22,7 @@ from agentgym.config_cli import (
     parse_overrides,
     version,
 )
+from agentgym.config_trl import TRL_ALIASES, TRL_REFUSED
 
 ROOT = Path(__file__).parent.parent
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from agentgym.config import load_config
-from agentgym.learn.learner import Learner, token_logprobs
+from agentgym.learn.learner import Learner
+from agentgym.learn.logprobs import token_logprobs
 from agentgym.types import Batch
 
 
@@ -124,7 +125,7 @@ def _prefixed_batch(vocab: int, shared: int = 20, n: int = 4, length: int = 40) 
 
 
 def test_a_shared_prefix_is_run_once_with_the_same_logprobs_and_gradients(tiny):
-    from agentgym.learn.learner import shared_prefix_length
+    from agentgym.learn.logprobs import shared_prefix_length
 
     model, tokenizer = tiny
     batch = _prefixed_batch(len(tokenizer))
@@ -147,7 +148,7 @@ def test_a_shared_prefix_is_run_once_with_the_same_logprobs_and_gradients(tiny):
 
 
 def test_rows_that_differ_early_share_no_prefix(tiny):
-    from agentgym.learn.learner import shared_prefix_length
+    from agentgym.learn.logprobs import shared_prefix_length
 
     batch = _batch(len(tiny[1]))
     assert shared_prefix_length(batch) == 0
@@ -193,7 +194,7 @@ def test_final_logit_softcapping_is_applied_after_the_head(tiny):
 def test_a_prefix_run_once_per_step_gives_the_gradient_of_unshared_micro_batches(
     tiny, lora, monkeypatch
 ):
-    import agentgym.learn.learner as learner_module
+    import agentgym.learn.logprobs as learner_module
 
     model, tokenizer = tiny
     batch = _prefixed_batch(len(tokenizer))
@@ -303,7 +304,7 @@ def test_an_unknown_loss_name_is_refused_with_the_registered_names():
 
 
 def test_chunked_vocabulary_projection_gives_the_same_logprobs_and_gradients(tiny, monkeypatch):
-    import agentgym.learn.learner as learner_module
+    import agentgym.learn.logprobs as learner_module
 
     model, tokenizer = tiny
     batch = _prefixed_batch(len(tokenizer))

@@ -15,15 +15,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-import agentgym.learn.learner as learner_module
+import agentgym.learn.logprobs as learner_module
 from agentgym.config import load_config
 from agentgym.learn.grpo import clipped_policy_loss
-from agentgym.learn.learner import (
-    Learner,
-    backward_micro_batches,
-    shared_prefix_length,
-    token_logprobs,
-)
+from agentgym.learn.learner import Learner
+from agentgym.learn.logprobs import backward_micro_batches, shared_prefix_length, token_logprobs
 from agentgym.types import Batch
 
 LENGTH, SHARED = 30, 20  # rows share their first 20 ids; the loss starts at column 16

@@ -11,7 +11,8 @@ import torch
 
 from agentgym.compat import cache_kwarg
 from agentgym.policy.base import SamplingParams
-from agentgym.policy.hf import HFPolicy, ReservedCache, _draw, stream_uniforms
+from agentgym.policy.hf import HFPolicy, ReservedCache
+from agentgym.policy.sampling import _draw, stream_uniforms
 
 
 def _prompt(tokenizer, text: str) -> list[int]:
@@ -233,7 +234,8 @@ def test_sampling_with_merged_adapters_matches_the_adapters_and_unmerges_after(t
     import copy
 
     from agentgym.config import load_config
-    from agentgym.learn.learner import Learner, token_logprobs
+    from agentgym.learn.learner import Learner
+    from agentgym.learn.logprobs import token_logprobs
     from agentgym.policy.hf import merged_adapters
     from agentgym.types import Batch
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.sandboxes.base import Sandbox, SandboxUnavailableError, make_sandbox
+from agentgym.sandboxes.base import Sandbox, SandboxUnavailableError
+from agentgym.sandboxes.factory import make_sandbox
 
 try:
     from agentgym.sandboxes.docker import LABEL, PIDS_LIMIT, DockerSandbox

@@ -18,7 +18,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from agentgym.learn.grpo import get_policy_loss
-from agentgym.learn.learner import token_logprobs
+from agentgym.learn.logprobs import token_logprobs
 from agentgym.types import Batch
 
 PROMPT, COMPLETION, ROWS = 6, 5, 4

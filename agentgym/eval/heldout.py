@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.env.core import make_env
-from agentgym.policy.base import Policy, SamplingParams
+from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.policy.hf import merged_adapters
 from agentgym.rewards.verifiable import answers_equal, extract_boxed
 from agentgym.rollout.episodes import TaskSpec, collect
@@ -187,7 +187,7 @@ class HeldOut:
     def run(self, policy: Policy, *, seed: int = 0,
             advance: Callable[[int], None] = lambda n: None) -> list[TaskResult]:  # fmt: skip
         """Plays every task; `advance(k)` is called as each k episodes finish."""
-        with merged_adapters(getattr(policy, "model", None)):
+        with merged_adapters(as_policy(policy).model):
             return self._run(policy, seed, advance)
 
     def _run(self, policy: Policy, seed: int, advance: Callable[[int], None]

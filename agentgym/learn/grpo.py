@@ -280,17 +280,7 @@ def clipped_policy_loss(
     Raises:
         ValueError: on mismatched shapes, or beta > 0 without ref_logprobs.
     """
-    if not logprobs.shape == old_logprobs.shape == loss_mask.shape or logprobs.dim() != 2:
-        raise ValueError(
-            "logprobs, old_logprobs and loss_mask must all be [B, T]; got "
-            f"{tuple(logprobs.shape)}, {tuple(old_logprobs.shape)}, {tuple(loss_mask.shape)}"
-        )
-    if advantages.shape != logprobs.shape[:1]:
-        raise ValueError(
-            f"advantages must be [B={logprobs.shape[0]}], got {tuple(advantages.shape)}"
-        )
-    if beta > 0 and ref_logprobs is None:
-        raise ValueError("beta > 0 needs ref_logprobs: pass the reference policy's log-probs")
+    _check_loss_inputs(logprobs, old_logprobs, advantages, loss_mask, ref_logprobs, beta)
     keep = loss_mask.bool()
     # Zero the masked positions *before* any exp, so their gradient is an exact 0, not 0*inf.
     # Any finite fill would do, here and for ref and is_weights below: every later read
@@ -331,6 +321,28 @@ def clipped_policy_loss(
         kl=kl.detach(),
         clip_fraction=masked_mean(clipped.float(), keep).detach(),
     )
+
+
+def _check_loss_inputs(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    loss_mask: Tensor,
+    ref_logprobs: Tensor | None,
+    beta: float,
+) -> None:
+    """ValueError unless the shapes agree and beta > 0 comes with ref_logprobs."""
+    if not logprobs.shape == old_logprobs.shape == loss_mask.shape or logprobs.dim() != 2:
+        raise ValueError(
+            "logprobs, old_logprobs and loss_mask must all be [B, T]; got "
+            f"{tuple(logprobs.shape)}, {tuple(old_logprobs.shape)}, {tuple(loss_mask.shape)}"
+        )
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(
+            f"advantages must be [B={logprobs.shape[0]}], got {tuple(advantages.shape)}"
+        )
+    if beta > 0 and ref_logprobs is None:
+        raise ValueError("beta > 0 needs ref_logprobs: pass the reference policy's log-probs")
 
 
 def truncated_is_weights(

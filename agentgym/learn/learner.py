@@ -1,12 +1,13 @@
 """One optimizer step of GRPO over a Batch: micro-batches, accumulation, clipping.
 
-The learner recomputes the policy's logprobs of the batch's tokens (logits
-divided by the sampling temperature, as the sampler drew them), takes the
-loss from `agentgym.learn.grpo`'s registry, and steps AdamW under the learning-rate
-schedule. A step whose loss or gradient norm is not finite changes nothing: its
-update is skipped and reported (`skipped`). The KL reference is a frozen copy of
-the initial weights, or, with LoRA, the same model with its adapters switched
-off (no second copy); with beta = 0 there is none.
+The learner recomputes the policy's logprobs of the batch's tokens
+(`agentgym.learn.logprobs`: logits divided by the sampling temperature, as the
+sampler drew them), takes the loss from `agentgym.learn.grpo`'s registry, and
+steps AdamW under the learning-rate schedule. A step whose loss or gradient
+norm is not finite changes nothing: its update is skipped and reported
+(`skipped`). The KL reference is a frozen copy of the initial weights, or, with
+LoRA, the same model with its adapters switched off (no second copy); with
+beta = 0 there is none.
 
 Under torchrun (more than one process) every rank holds the learner and steps
 it on the same whole batch. The batch is cut into micro-batches exactly as in
@@ -32,216 +33,26 @@ import copy
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
-from torch.utils.checkpoint import checkpoint
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
-from agentgym.compat import cache_kwarg
 from agentgym.config import Config
-from agentgym.learn import dist, grpo
+from agentgym.learn import dist, grpo, logprobs
+from agentgym.learn.logprobs import (
+    Prefix,
+    backward_micro_batches,
+    run_prefix,
+    shared_prefix_length,
+    token_logprobs,
+)
 from agentgym.learn.lora import wrap_lora
 from agentgym.types import Batch
 
-T = TypeVar("T")
-
-MIN_SHARED_PREFIX = 16
-"""Rows sharing fewer leading tokens than this are run whole, each on its own."""
-
 LOSS_METRICS = ("loss/policy", "kl", "clip_fraction", "entropy")
 """The metrics of a step's loss, each a sum over micro-batches weighted by their share."""
-
-
-def shared_prefix_length(batch: Batch) -> int:
-    """Leading columns every row shares (same ids, all attended), up to the first target.
-
-    The whole batch's system prompt, and a group's whole prompt, are such a
-    prefix; it stops at the first column any loss mask selects, so that every
-    logit the loss needs comes from the suffix pass.
-    """
-    ids, mask = batch.input_ids, batch.attention_mask
-    same = (ids == ids[:1]).all(dim=0) & mask.bool().all(dim=0)
-    active = batch.loss_mask.any(dim=0).nonzero()
-    first = int(active[0]) if len(active) else 0
-    return min(int(same.int().cumprod(dim=0).sum()), first)
-
-
-def _decoder_and_head(model):
-    # a peft model hands attribute reads to its base model: asking it directly gives the same
-    # decoder, head and config (mutants of the test here and in `_softcap` are equivalent)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.get_decoder(), base.get_output_embeddings()
-
-
-def _softcap(model, logits: torch.Tensor) -> torch.Tensor:
-    """The final-logit soft-capping some models (Gemma 2) apply after the head, if any."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    cap = getattr(base.config, "final_logit_softcapping", None)
-    return logits if not cap else torch.tanh(logits / cap) * cap
-
-
-Prefix = tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]
-"""A shared prefix run once: its length and each layer's (keys, values) for one row."""
-
-
-def run_prefix(model, ids: torch.Tensor) -> Prefix:
-    """Runs `ids` [1, P] through the decoder; returns (P, each layer's keys and values)."""
-    decoder, _ = _decoder_and_head(model)
-    cache = DynamicCache()
-    # a mask of ones masks nothing, and transformers fills a cache it is given whatever
-    # use_cache says (mutants of both are equivalent here and in `_hidden_states`)
-    decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
-            **{cache_kwarg(decoder): cache})  # fmt: skip
-    return ids.shape[1], [(layer.keys, layer.values) for layer in cache.layers]
-
-
-# token_logprobs, the only caller, always passes share_prefix (a mutant of its default is
-# equivalent)
-def _hidden_states(model, batch: Batch, prefix: Prefix | None = None, share_prefix: bool = True
-                   ) -> tuple[torch.Tensor, int]:  # fmt: skip
-    """The last hidden states [N, L - P] of positions P.., and P, the shared prefix run once.
-
-    The prefix is run for one row into a KV cache (or taken from `prefix`,
-    run once for a whole step's micro-batches), which is repeated for every row;
-    gradients flow back through it. Each row's suffix then attends to it.
-    """
-    decoder, _ = _decoder_and_head(model)
-    ids, mask = batch.input_ids, batch.attention_mask
-    if prefix is None:
-        # any length under MIN_SHARED_PREFIX means none (so 1 for 0 is an equivalent mutant,
-        # here and in `backward_micro_batches` and `Learner.accumulate`)
-        shared = shared_prefix_length(batch) if batch.size > 1 and share_prefix else 0
-        if shared < MIN_SHARED_PREFIX:
-            # rows are right-padded: no position the loss reads attends to a pad, with or
-            # without the mask (mutants that drop it, here and below, are equivalent)
-            return decoder(input_ids=ids, attention_mask=mask).last_hidden_state, 0
-        prefix = run_prefix(model, ids[:1, :shared])
-    shared, layers = prefix
-    cache = DynamicCache()
-    for i, (keys, values) in enumerate(layers):
-        cache.update(keys.expand(batch.size, -1, -1, -1), values.expand(batch.size, -1, -1, -1), i)
-    # transformers would count the positions on from the cache too (a mutant that drops them is
-    # equivalent); device=ids.device matters only off the CPU
-    positions = torch.arange(shared, ids.shape[1], device=ids.device).expand(batch.size, -1)
-    out = decoder(input_ids=ids[:, shared:], attention_mask=mask, position_ids=positions,
-                  use_cache=True, **{cache_kwarg(decoder): cache})  # fmt: skip
-    return out.last_hidden_state, shared
-
-
-LOGIT_BUDGET = 2**25
-"""Most logits (positions x vocabulary) `token_logprobs` holds at once: 128 MB in float32.
-Past it, positions go through the head in checkpointed chunks."""
-
-
-def _head_logprobs(model, head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
-                   ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Logprob [K] of each target under head(hidden [K, H]) / T, and the (detached) entropy [K].
-
-    Logits of a half-precision model are taken in float32; float32 and float64 stay as they are
-    (a float64 model is how the tests check the gradient against a plain computation).
-    """
-    logits = head(hidden)
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    logits = _softcap(model, logits) / temperature
-    # [K, V] and [K, 1]: dim -1 is dim 1 (mutants that turn -1 into +1 are equivalent)
-    logsm = torch.log_softmax(logits, dim=-1)
-    with torch.no_grad():
-        entropy = grpo.entropy_from_logprobs(logsm)
-    return logsm.gather(-1, targets[:, None]).squeeze(-1), entropy
-
-
-def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | None = None,
-                   share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Logprobs [N, L-1] of each target token, and the entropy [N, L-1] of its distribution.
-
-    Only the positions the loss mask selects are projected onto the vocabulary
-    (the rest read 0), so the prompt and tool results cost no logits, and the
-    batch's shared prefix (the system prompt) is run once, not once per row
-    (`prefix`: already run, for these rows' first P tokens; with `share_prefix`
-    False, every row runs whole). When the selected positions times the
-    vocabulary exceed `LOGIT_BUDGET`, they are projected in chunks under
-    activation checkpointing, so memory stays flat in their number (the
-    backward pass recomputes each chunk's logits).
-    The entropy is detached: it is a metric.
-    """
-    hidden, shared = _hidden_states(model, batch, prefix, share_prefix)
-    rows, cols = batch.loss_mask.nonzero(as_tuple=True)
-    _, head = _decoder_and_head(model)
-    selected, targets = hidden[rows, cols - shared], batch.input_ids[rows, cols + 1]
-    # only a vocabulary over LOGIT_BUDGET / 2 tokens could tell max(1, ...) from max(2, ...)
-    # (an equivalent mutant); use_reentrant=False below gives backward() the same gradients
-    # as True (mutants of it are equivalent)
-    step = max(1, LOGIT_BUDGET // head.weight.shape[0])
-    if len(rows) <= step:
-        kept, ent = _head_logprobs(model, head, selected, targets, temperature)
-    else:
-        parts = [
-            checkpoint(
-                _head_logprobs,
-                model,
-                head,
-                selected[i : i + step],
-                targets[i : i + step],
-                temperature,
-                use_reentrant=False,
-            )  # fmt: skip
-            for i in range(0, len(rows), step)
-        ]
-        kept, ent = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    # device= matters only off the CPU, where the tests cannot check it
-    logp = torch.zeros(batch.loss_mask.shape, dtype=kept.dtype, device=kept.device)
-    logp = logp.index_put((rows, cols), kept)
-    entropy = torch.zeros_like(logp, requires_grad=False)  # False is the default (equivalent)
-    entropy[rows, cols] = ent.detach()
-    return logp, entropy
-
-
-def backward_micro_batches(
-    model,
-    batch: Batch,
-    micro_batch_size: int,
-    loss_fn: Callable[[Batch, Prefix | None], tuple[torch.Tensor, T]],
-    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-    select: Callable[[list[Batch]], list[Batch]] | None = None,
-    share_prefix: bool = True,
-) -> list[T]:
-    """Backpropagates `loss_fn(micro, prefix)` of each micro-batch; returns what each gave besides.
-
-    Micro-batches hold rows of similar length, so little is padding. The
-    batch's shared prefix (the system prompt) runs once, not once per
-    micro-batch: into detached copies of its keys and values, which every
-    micro-batch's backward adds gradients to, and which go back through the
-    prefix once, last. `loss_fn` passes the prefix on to `token_logprobs`.
-    `select` keeps some of the micro-batches (a rank's share); `share_prefix`
-    False runs every row whole.
-    """
-    micro_batches = batch.split(micro_batch_size, by_length=True)
-    if select is not None:
-        micro_batches = select(micro_batches)
-    shared = shared_prefix_length(batch) if batch.size > 1 and share_prefix else 0
-    prefix = None
-    if shared >= MIN_SHARED_PREFIX and micro_batches:
-        with context():
-            _, layers = run_prefix(model, batch.input_ids[:1, :shared])
-        # keys and values in pairs, one leaf each: `strict` here and below can never fail
-        # (mutants of it are equivalent)
-        outputs = [t for kv in layers for t in kv]
-        leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
-        prefix = (shared, list(zip(leaves[0::2], leaves[1::2], strict=True)))
-    results = []
-    for micro in micro_batches:
-        loss, result = loss_fn(micro, prefix)
-        loss.backward()
-        results.append(result)
-    if prefix is not None:
-        pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves, strict=True)
-                 if leaf.grad is not None]  # fmt: skip
-        if pairs:
-            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
-    return results
 
 
 def _has_adapters(model) -> bool:
@@ -410,7 +221,9 @@ class Learner:
         select = self._select if dist.active() else None
         shared = shared_prefix_length(batch) if batch.size > 1 and not self.sharded else 0
         ref_prefix = None
-        if shared >= MIN_SHARED_PREFIX:
+        # read from the module, as `backward_micro_batches` reads it: a test that sets
+        # logprobs.MIN_SHARED_PREFIX changes both
+        if shared >= logprobs.MIN_SHARED_PREFIX:
             ref_prefix = self._reference_prefix(batch.input_ids[:1, :shared])
 
         def loss_fn(micro: Batch, prefix: Prefix | None):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -41,7 +43,17 @@ class Generation:
 
 
 class Policy(Protocol):
-    """What the rollout and the training loop need from an inference backend."""
+    """What the rollout and the training loop need from an inference backend.
+
+    `generate` and `load_weights` are the contract. The optional abilities have
+    defaults in `PolicyBase`, which the built-in backends subclass; `as_policy`
+    gives them to any other object that has the two methods (a scripted test
+    policy, a user's own backend), so that no caller probes for them.
+    """
+
+    model: torch.nn.Module | None
+    """The in-process model it samples with (the learner's, or a copy); None for a
+    separate engine (vLLM), which gets new weights only through `load_weights`."""
 
     def generate(
         self,
@@ -63,6 +75,73 @@ class Policy(Protocol):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copies updated weights in, after a learner step."""
         ...
+
+    def reusing_cache(self) -> AbstractContextManager[None]:
+        """Within the block, prompts that extend an earlier call's may reuse its KV cache."""
+        ...
+
+    def released(self) -> AbstractContextManager[None]:
+        """Within the block the backend frees what it can (GPU memory) for the learner."""
+        ...
+
+    def close(self) -> None:
+        """Frees the backend (an engine, its folder); the policy is unusable after."""
+        ...
+
+
+class PolicyBase:
+    """The optional abilities' defaults: no model of its own, no cache reuse, nothing to
+    release or close. The built-in backends subclass it and override what they can do."""
+
+    model: torch.nn.Module | None = None
+
+    def reusing_cache(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def released(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def close(self) -> None:
+        return None
+
+
+class _Plain(PolicyBase):
+    """An object with `generate` (and `load_weights`) as a policy: the abilities it has of
+    its own are used, the defaults stand in for the others. The one place that looks."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.model = getattr(inner, "model", None)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        streams: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        return self.inner.generate(prompts, params, streams)
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        self.inner.load_weights(named_tensors)
+
+    def reusing_cache(self) -> AbstractContextManager[None]:
+        own = getattr(self.inner, "reusing_cache", None)
+        return own() if own is not None else contextlib.nullcontext()
+
+    def released(self) -> AbstractContextManager[None]:
+        own = getattr(self.inner, "released", None)
+        return own() if own is not None else contextlib.nullcontext()
+
+    def close(self) -> None:
+        own = getattr(self.inner, "close", None)
+        if own is not None:
+            own()
+
+
+def as_policy(policy: Any) -> Policy:
+    """`policy` itself when it is a `PolicyBase`, else `policy` with the defaults of the
+    abilities it lacks (it needs `generate`; `load_weights` when weights are synced)."""
+    return policy if isinstance(policy, PolicyBase) else _Plain(policy)
 
 
 def check_generate_args(prompts: list[list[int]], streams: Sequence[int] | None) -> None:

@@ -48,7 +48,7 @@ import torch
 from safetensors.torch import save_file
 
 from agentgym.config import ConfigError
-from agentgym.policy.base import Generation, SamplingParams, check_generate_args
+from agentgym.policy.base import Generation, PolicyBase, SamplingParams, check_generate_args
 
 if TYPE_CHECKING:
     from agentgym.config import Config
@@ -139,7 +139,7 @@ def default_dtype() -> str:
     return "bfloat16" if torch.cuda.is_available() else "float32"
 
 
-class VLLMPolicy:
+class VLLMPolicy(PolicyBase):
     """A vLLM engine as a policy.
 
     Args:

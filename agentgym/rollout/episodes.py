@@ -8,7 +8,6 @@ sampled, and only environment text is tokenized, as a chat-template suffix.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 from collections import defaultdict
@@ -19,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
-from agentgym.policy.base import Policy, SamplingParams
+from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.types import Completion, Message, Trajectory, Turn
 
 
@@ -202,8 +201,9 @@ def collect(
         for g, spec in enumerate(specs)
         for k in range(group_size)
     ]
-    reusing = getattr(policy, "reusing_cache", contextlib.nullcontext)
-    with reusing():  # a policy that can continues each episode's next turn from its cache
+    policy = as_policy(policy)
+    # a policy that can continues each episode's next turn from its cache
+    with policy.reusing_cache():
         while live := [ep for ep in episodes if not ep.done]:
             streams = None if params.seed is None else [stream(params.seed, ep) for ep in live]
             gens = policy.generate([ep.tokens for ep in live], params, streams)

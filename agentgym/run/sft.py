@@ -19,7 +19,7 @@ import torch
 
 from agentgym.config import Config
 from agentgym.env.core import make_env
-from agentgym.learn.learner import Prefix, backward_micro_batches, token_logprobs
+from agentgym.learn.logprobs import Prefix, backward_micro_batches, token_logprobs
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.models import load_model_and_tokenizer

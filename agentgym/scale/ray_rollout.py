@@ -48,7 +48,6 @@ import contextlib
 import os
 import sys
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -57,18 +56,14 @@ from typing import Any
 import torch
 
 from agentgym.config import Config, ConfigError, DistributedConfig
-from agentgym.env.core import make_env
-from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import SamplingParams
-from agentgym.policy.hf import HFPolicy, merged_adapters
-from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.rollout.episodes import TaskSpec
 from agentgym.scale import weight_sync
+from agentgym.scale.ray_worker import RolloutWorker
 from agentgym.scale.weight_sync import (
     GROUP_TIMEOUT_S,
     GroupAddress,
     SyncGroup,
-    TensorMeta,
     describe,
     serve_store,
 )
@@ -76,9 +71,6 @@ from agentgym.types import TrainingError, Trajectory
 
 UNAVAILABLE_WAIT_S = 60.0
 """How long a worker may stay unreachable (neither answering nor reported dead)."""
-
-Reply = tuple[str, Any]
-"""A worker's answer: its incarnation, and the call's value."""
 
 
 def require_ray() -> Any:
@@ -100,110 +92,6 @@ def spread_groups(groups: int, workers: int) -> list[range]:
     (and their shared prompt prefilled) together.
     """
     return [range(w * groups // workers, (w + 1) * groups // workers) for w in range(workers)]
-
-
-class RolloutWorker:
-    """One rollout worker: a policy and environments (a Ray actor's body).
-
-    A plain class, so it runs in-process too; `RayRollout` makes it an actor.
-    Every method but `close` answers a `Reply`: (this process's incarnation, value).
-
-    Args:
-        config: The run's config (model, lora, policy and run sections are read).
-        model_name: The model GRPO started from (the SFT checkpoint after a warm-up).
-        envs: How many environments to make: the most groups it plays times G.
-        threads: torch's intra-op threads, to match the CPUs Ray gave the actor.
-    """
-
-    def __init__(self, config: Config, model_name: str | None, envs: int, threads: int):
-        torch.set_num_threads(threads)
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.policy: Any
-        if config.policy.backend == "vllm":
-            self.policy, self.tokenizer = _vllm_policy(config, model_name)
-        else:
-            model, self.tokenizer = load_model_and_tokenizer(model_name)
-            model = model.to(self.device)
-            if config.lora.enabled:  # the learner's adapter names, so its weights load by name
-                model = wrap_lora(model, config)
-            self.policy = HFPolicy(model, self.tokenizer)
-        self.envs = [make_env(config.run.env, **config.run.env_kwargs) for _ in range(envs)]
-        self.incarnation = uuid.uuid4().hex  # a restarted actor gets a new one
-        self._group: SyncGroup | None = None
-
-    def hello(self) -> Reply:
-        """This process's incarnation, and where its weights live ("cpu" or "cuda")."""
-        return self.incarnation, self.device.type
-
-    def load_weights(self, named_tensors: dict[str, torch.Tensor]) -> Reply:
-        """Copies the learner's trainable weights in, by name."""
-        self.policy.load_weights(named_tensors.items())
-        return self.incarnation, None
-
-    def join(self, address: GroupAddress, rank: int) -> Reply:
-        """Joins the weight-sync group at `address` as `rank`, leaving any older one."""
-        import ray
-
-        self._leave()
-        self._group = SyncGroup(address, rank, ray.util.get_node_ip_address(), self.device)
-        return self.incarnation, None
-
-    def receive(self, generation: int, metas: Sequence[TensorMeta]) -> Reply:
-        """Takes the learner's broadcast of `metas` in group `generation`: each bucket's
-        tensors are copied in as it arrives (a vLLM engine gets them all in one reload)."""
-        group = self._group
-        if group is None or group.address.generation != generation:
-            raise RuntimeError(f"this worker is not in weight-sync group {generation}")
-        try:
-            if isinstance(self.policy, HFPolicy):
-                for bucket in group.receive(metas):
-                    self.policy.load_weights(bucket)
-            else:
-                self.policy.load_weights([(n, t.cpu()) for bucket in group.receive(metas)
-                                          for n, t in bucket])  # fmt: skip
-        except BaseException:
-            self._leave()  # the group is broken: the driver forms a new one
-            raise
-        return self.incarnation, None
-
-    def weights(self, names: Sequence[str]) -> Reply:
-        """Copies of the named parameters this worker samples with (transformers only)."""
-        params = dict(self.policy.model.named_parameters())
-        return self.incarnation, {n: params[n].detach().cpu().clone() for n in names}
-
-    def collect(self, specs: Sequence[TaskSpec], group_size: int, params: SamplingParams,
-                max_tokens: int | None) -> Reply:  # fmt: skip
-        """`rollout.collect` over this worker's groups; groups are numbered from 0."""
-        with merged_adapters(getattr(self.policy, "model", None)):
-            played = collect(self.envs, specs, group_size, self.policy, self.tokenizer, params,
-                             max_tokens=max_tokens)  # fmt: skip
-        return self.incarnation, played
-
-    def close(self) -> None:
-        """Leaves the group, closes the environments (sandbox pools, tool processes) and
-        shuts down a vLLM engine."""
-        self._leave()
-        for env in self.envs:
-            env.close()
-        if hasattr(self.policy, "close"):
-            self.policy.close()
-
-    def _leave(self) -> None:
-        if self._group is not None:
-            group, self._group = self._group, None
-            with contextlib.suppress(RuntimeError):
-                group.abort()
-
-
-def _vllm_policy(config: Config, model_name: str | None):
-    """A worker's vLLM engine, started from `model_name`, and the tokenizer."""
-    from agentgym.policy.vllm import VLLMPolicy, save_model_folder
-
-    model, tokenizer = load_model_and_tokenizer(model_name)
-    folder = save_model_folder(model, tokenizer)  # the engine starts from it and owns it
-    if config.lora.enabled:  # the engine serves the learner's adapters, by their config
-        model = wrap_lora(model, config)
-    return VLLMPolicy.for_learner(folder, model, tokenizer, config), tokenizer
 
 
 class _SyncFailed(RuntimeError):

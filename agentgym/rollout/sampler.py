@@ -1,0 +1,119 @@
+"""The `Sampler` protocol: task specs in, finished trajectories out, whatever plays them.
+
+The training loop submits a step's task specs, polls for the finished
+trajectories and, after each learner step, hands the sampler the new weights
+with their version number. It never asks how the episodes are played: in this
+process (`InProcessSampler`), on Ray workers (`agentgym.scale.samplers`), and,
+later, asynchronously or through an agent program behind an OpenAI-compatible
+endpoint. Submit and poll are separate so that such samplers can keep playing
+while the learner steps; the two here play everything submitted when polled.
+
+Every sampled token records the policy version that sampled it
+(`Trajectory.token_versions`, -1 for prompt and environment tokens).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+import gymnasium as gym
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from agentgym.policy.base import Policy, SamplingParams, as_policy
+from agentgym.policy.hf import merged_adapters
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.types import Trajectory
+
+WeightSource = Callable[[], Iterable[tuple[str, torch.Tensor]]]
+"""Gives the learner's trainable weights by name, when called; a sampler that needs no
+copy (it samples with the learner's own model) never calls it."""
+
+
+class Sampler(Protocol):
+    """Plays G episodes of each submitted task with the current policy."""
+
+    version: int
+    """The policy version it samples with now (0: the weights the run started from)."""
+
+    def submit(
+        self,
+        specs: Sequence[TaskSpec],
+        group_size: int,
+        params: SamplingParams,
+        max_tokens: int | None = None,
+    ) -> None:
+        """Queues `group_size` episodes of each spec, sampled with `params`."""
+        ...
+
+    def poll(self, wait: bool = True) -> list[Trajectory]:
+        """The trajectories finished since the last poll, grouped by task in the order
+        submitted (`group` numbers the task within its submission); with `wait`, all
+        that were submitted."""
+        ...
+
+    def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
+        """Samples with the learner's weights of `version` from now on; returns the
+        sync's metrics (seconds, path), empty when there was nothing to copy."""
+        ...
+
+    def close(self) -> None:
+        """Frees what it holds (environments, workers)."""
+        ...
+
+
+def stamp_version(trajectory: Trajectory, version: int) -> Trajectory:
+    """`trajectory` with `version` on each sampled token and -1 on the others."""
+    versions = tuple(version if m else -1 for m in trajectory.loss_mask)
+    return dataclasses.replace(trajectory, token_versions=versions)
+
+
+class InProcessSampler:
+    """Plays episodes in this process: `policy` samples, `envs` answer (G per task).
+
+    Args:
+        envs: At least tasks_per_step x group_size environments, one per episode.
+        policy: The policy; with its own in-process model (transformers), LoRA
+            adapters are merged into it while it samples.
+        tokenizer: The policy's tokenizer.
+    """
+
+    def __init__(
+        self, envs: Sequence[gym.Env], policy: Policy, tokenizer: PreTrainedTokenizerBase
+    ) -> None:
+        self.envs = list(envs)
+        self.policy = as_policy(policy)
+        self.tokenizer = tokenizer
+        self.version = 0
+        self._queued: list[tuple[Sequence[TaskSpec], int, SamplingParams, int | None]] = []
+
+    def submit(
+        self,
+        specs: Sequence[TaskSpec],
+        group_size: int,
+        params: SamplingParams,
+        max_tokens: int | None = None,
+    ) -> None:
+        self._queued.append((specs, group_size, params, max_tokens))
+
+    def poll(self, wait: bool = True) -> list[Trajectory]:
+        finished = []
+        queued, self._queued = self._queued, []
+        for specs, group_size, params, max_tokens in queued:
+            with merged_adapters(self.policy.model):
+                played = collect(self.envs, specs, group_size, self.policy, self.tokenizer,
+                                 params, max_tokens=max_tokens)  # fmt: skip
+            finished += [stamp_version(t, self.version) for t in played]
+        return finished
+
+    def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
+        """Records the version: the run's policy, which this sampler plays with, got the
+        weights already (the loop syncs it, since evaluations use it too)."""
+        self.version = version
+        return {}
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

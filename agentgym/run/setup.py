@@ -1,0 +1,301 @@
+"""A training run's set-up and teardown: everything the loop in `agentgym.run.train` uses.
+
+`Run` owns the run's resources (reward functions, logs, the held-out sets, the
+sampler's environments, the policy, the sampler) and closes them, in `close`,
+whatever happened. The stages around GRPO live here too: the start model's
+evaluation, the SFT warm-up and its evaluation (`before_grpo`), and the best
+checkpoint's evaluation with the closing table (`closing_report`). Rank 0 leads;
+another torchrun rank only `follow`s (`agentgym.scale.dist`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentgym.config import Config
+from agentgym.eval.console import Stages, print_report
+from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids, task_result
+from agentgym.eval.report import build_report, summarize, write_report
+from agentgym.eval.stats import best_step
+from agentgym.learn.learner import Learner
+from agentgym.policy.base import Policy, SamplingParams
+from agentgym.policy.factory import engine_folder, make_policy
+from agentgym.policy.hf import HFPolicy
+from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+from agentgym.policy.vllm import require_vllm
+from agentgym.rewards.functions import RewardFunctions
+from agentgym.rollout.episodes import TaskSpec
+from agentgym.rollout.sampler import Sampler
+from agentgym.run.checkpoint import (
+    BEST,
+    latest_checkpoint,
+    read_state,
+    read_trainer,
+    save_best,
+    save_checkpoint,
+)
+from agentgym.run.health import check_health
+from agentgym.run.interrupt import StopRequest, TrainingError
+from agentgym.run.resume import RunState, learner_for, load_trainable
+from agentgym.run.runlog import RunLog, truncate_logs
+from agentgym.run.sft import warm_up
+from agentgym.scale import dist, fsdp_sync
+from agentgym.scale.ray_rollout import require_ray
+from agentgym.scale.samplers import make_sampler, sampler_envs
+from agentgym.types import Trajectory
+
+EVAL_METRICS = {
+    "correctness": "correctness_strict",
+    "correctness_lenient": "correctness_lenient",
+    "format_accuracy": "format_accuracy",
+    "reward_mean": "reward_mean",
+    "tool_error_rate": "tool_error_rate",
+}
+"""The held-out figures logged during training, as eval/<key>."""
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds Python, NumPy and torch (initialisation; sampling has its own generator)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def task_specs(rng: np.random.Generator, count: int) -> list[TaskSpec]:
+    """`count` train tasks, each named by a fresh reset seed."""
+    return [TaskSpec(seed=int(s)) for s in rng.integers(0, 2**31 - 1, size=count)]
+
+
+def sampling_params(config: Config, rng: np.random.Generator) -> SamplingParams:
+    """This step's sampling parameters, with a fresh seed drawn from the run's generator."""
+    s = config.sampling
+    return SamplingParams(
+        max_new_tokens=s.max_new_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        seed=int(rng.integers(2**31 - 1)),
+        stop=tuple(s.stop),
+    )
+
+
+@dataclass
+class Run:
+    """One training run on rank 0 (or in one process): its config, where it stands, and
+    what it holds. Made by `Run.begin`; `open` adds what needs the model; `close` frees all."""
+
+    config: Config
+    state: dict[str, Any] | None
+    """The checkpoint's state when resuming, else None."""
+    reward_fns: RewardFunctions
+    out: Path
+    start_model: str | None
+    log: RunLog | None = None
+    envs: list = field(default_factory=list)
+    selection: HeldOut | None = None
+    """The held-out tasks `checkpoint-best` is chosen on (`eval.tasks`)."""
+    report_set: HeldOut | None = None
+    """The closing table's tasks (`eval.report_tasks`), disjoint from the selection's."""
+    start_set: HeldOut | None = None
+    results: dict[str, list[TaskResult]] = field(default_factory=dict)
+    policy: Policy | None = None
+    sampler: Sampler | None = None
+
+    @classmethod
+    def begin(cls, config: Config, resume: Path | None) -> Run:
+        """Reads the checkpoint, loads the reward functions (one that cannot load fails
+        here), checks Ray and vLLM are there, before any model loads; then seeds."""
+        state = read_state(resume) if resume is not None else None
+        reward_fns = RewardFunctions(config.rewards)
+        if config.distributed.backend == "ray":
+            require_ray()
+        if config.policy.backend == "vllm":
+            require_vllm(config)
+        seed_everything(config.run.seed)
+        start_model = state["start_model"] if state else config.model.name
+        return cls(config, state, reward_fns, Path(config.run.output), start_model)
+
+    def open(self, tokenizer) -> None:
+        """The logs (cut back to the checkpoint's step), the sampler's environments, the
+        held-out sets, and the evaluations a resumed run already made."""
+        run, ev = self.config.run, self.config.eval
+        if self.state is not None:
+            truncate_logs(self.out, self.state["step"])
+        purge = self.state["step"] + 1 if self.state else None
+        self.log = RunLog(self.out, tensorboard=run.tensorboard, purge_step=purge)
+        self.envs = sampler_envs(self.config)
+        self.selection = self._held_out(tokenizer, ev.tasks, 0) if ev.every else None
+        if ev.report_tasks:
+            self.report_set = self.start_set = self._held_out(tokenizer, ev.report_tasks, ev.tasks)
+            if ev.start_n is not None and ev.start_n != ev.n:
+                self.start_set = self._held_out(tokenizer, ev.report_tasks, ev.tasks, ev.start_n)
+        evals = (self.state or {}).get("evals", {})
+        self.results = {k: [task_result(r) for r in v] for k, v in evals.items()}
+
+    def _held_out(self, tokenizer, count: int, start: int, n: int | None = None) -> HeldOut:
+        ev, run = self.config.eval, self.config.run
+        ids = held_out_ids(run.env, run.env_kwargs, count, start=start, split=ev.split)
+        return HeldOut.from_config(self.config, ids, tokenizer, n=ev.n if n is None else n)
+
+    def build_learner(self, model, tokenizer, resume: Path | None) -> tuple[Learner, Any]:
+        """The learner, the run's policy and sampler; returns the learner and rank 0's
+        whole copy of a sharded learner's model (None when the learner's is whole)."""
+        config = self.config
+        # the engine starts from the weights GRPO starts from, saved before LoRA wraps them
+        engine_dir = engine_folder(config, model, tokenizer)
+        # FSDP shards the learner's model in place: rank 0 samples with a whole copy
+        whole = fsdp_sync.unsharded_copy(model, config) if fsdp_sync.sharded(config) else None
+        learner = dist.build_learner(lambda: learner_for(config, model, self.start_model, resume))
+        sampling_model = learner.model if whole is None else whole
+        self.policy = make_policy(config, sampling_model, tokenizer, engine_dir=engine_dir,
+                                  learner_model=learner.model)  # fmt: skip
+        return learner, whole
+
+    def start_sampler(self, tokenizer, learner: Learner) -> Sampler:
+        """The sampler; Ray workers load the model GRPO starts from, then the learner's
+        weights now."""
+        self.sampler = make_sampler(self.config, self.envs, self.policy, tokenizer,
+                                    self.start_model, learner.named_weights)  # fmt: skip
+        return self.sampler
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
+        else:
+            for env in self.envs:
+                env.close()
+        if self.policy is not None:
+            self.policy.close()
+        if self.log is not None:
+            self.log.close()
+        self.reward_fns.close()
+        for held in (self.report_set, self.start_set, self.selection):
+            if held is not None:
+                held.close()
+
+
+def evaluate(held_out: HeldOut, policy: Policy, stages: Stages, name: str, seed: int
+             ) -> list[TaskResult]:  # fmt: skip
+    """Plays `held_out` with `policy` under a progress bar named `name`; its results."""
+    task = stages.stage(name, held_out.episodes)
+    results = held_out.run(policy, seed=seed, advance=lambda n: stages.advance(task, n))
+    figures = summarize(results)
+    note = f"correct {figures['greedy']['correctness_strict']:.3f} (greedy)"
+    if "sampled" in figures:
+        note += f", pass@1 {figures['sampled']['pass@1']:.3f}"
+    stages.note(task, note, done=True)
+    return results
+
+
+def before_grpo(run: Run, model, tokenizer, stages: Stages, stop: StopRequest):
+    """The start model's evaluation and the SFT warm-up with its evaluation; returns the
+    model GRPO starts from (None when a stop request came first), and sets the run's
+    `start_model` (a folder, once SFT wrote one)."""
+    config, results, seed = run.config, run.results, run.config.run.seed
+    if run.start_set is not None:
+        results["start"] = evaluate(run.start_set, HFPolicy(model, tokenizer), stages,
+                                    "eval start", seed)  # fmt: skip
+    if stop.requested:
+        return None
+    if config.sft.warmup:
+        task = stages.stage("sft", config.sft.steps)
+        model, records = warm_up(model, tokenizer, config, advance=lambda: stages.advance(task))
+        with open(run.out / "sft_metrics.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        stages.note(task, f"loss {records[-1]['sft/loss']:.3f}", done=True)
+        folder = save_checkpoint(run.out, config.sft.steps, model, tokenizer, config,
+                                 name="checkpoint-sft")  # fmt: skip
+        # GRPO's checkpoints name this folder as their base model: LoRA adapters saved
+        # from here on are adapters of the SFT model, not of the model SFT started from.
+        run.start_model = model.name_or_path = str(folder.resolve())
+        if run.report_set is not None and not stop.requested:
+            results["sft"] = evaluate(run.report_set, HFPolicy(model, tokenizer), stages,
+                                      "eval sft", seed)  # fmt: skip
+    return model
+
+
+def say_stopped(stages: Stages, stop: StopRequest, step: int, folder: Path) -> None:
+    stages.print(f"stopped on {stop.requested} after step {step}; checkpoint {folder}. "
+                 f"Resume with: agentgym train --resume {folder}")  # fmt: skip
+
+
+def closing_report(rs: RunState, policy: Policy, report_set: HeldOut, stages: Stages) -> None:
+    """Evaluates the best checkpoint (or the last weights) and writes the closing table."""
+    config, results, out = rs.config, rs.results, Path(rs.config.run.output)
+    name = "grpo"
+    if rs.progress.best_step is not None:
+        load_trainable(rs.model, out / BEST)
+        if policy.model is not rs.model:
+            policy.load_weights(dist.share_weights(rs.learner))
+        name = f"best@{rs.progress.best_step}"
+    results[name] = evaluate(report_set, policy, stages, "eval best", config.run.seed)
+    pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
+    if len(results) == 3:
+        pairs.append((name, "start"))
+    meta = {"env": config.run.env, "env_kwargs": config.run.env_kwargs,
+            "model": resolve_model_name(config.model.name), "split": config.eval.split,
+            "decoding": "greedy"}  # fmt: skip
+    report = build_report(results, k=max(config.eval.n, 1), comparisons=pairs, meta=meta)
+    write_report(out / "report", report)
+    print_report(report, stages.bar.console)
+
+
+def follow(config: Config, resume: Path | None) -> Path:
+    """A rank other than 0: builds its learner when rank 0 builds its own (rank 0's
+    weights are copied in), then steps it on the batches rank 0 shares. Writes nothing."""
+    seed_everything(config.run.seed)
+    state = read_state(resume) if resume is not None else None
+    start_model = state["start_model"] if state else config.model.name
+
+    def build() -> Learner:
+        model, _ = load_model_and_tokenizer(start_model)
+        learner = learner_for(config, model.to(dist.device()), start_model, resume)
+        if resume is not None:
+            learner.load_state_dict(read_trainer(resume)["learner"])
+        return learner
+
+    dist.follow(build)
+    return Path(config.run.output)
+
+
+def record_step(rs: RunState, run: Run, stages: Stages, step: int,
+              trajectories: list[Trajectory], metrics: dict) -> list:  # fmt: skip
+    """Counts skipped updates, evaluates when due (keeping checkpoint-best), checks
+    health, logs the step; returns the health warnings. Too many skipped updates in
+    a row end the run with TrainingError."""
+    config, p = rs.config, rs.progress
+    ev, max_skips = config.eval, config.run.max_skipped_steps
+    skipped = metrics.get("skipped", 0.0) > 0
+    p.skipped_steps += skipped
+    p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0
+    metrics["train/skipped_steps"] = float(p.skipped_steps)
+    if run.selection is not None and (step % ev.every == 0 or step == config.run.steps):
+        figures = summarize(evaluate(run.selection, run.policy, stages, f"eval step {step}",
+                                     config.run.seed))  # fmt: skip
+        metrics.update({f"eval/{k}": figures["greedy"][v] for k, v in EVAL_METRICS.items()})
+        if "sampled" in figures:
+            metrics["eval/pass@1"] = figures["sampled"]["pass@1"]
+    p.history.append({"step": step, **metrics})
+    warnings = check_health(p.history, beta=config.grpo.beta)
+    for w in warnings:
+        stages.print(f"[yellow]health[/yellow] step {step}: {w.kind}: {w.message}")
+    run.log.metrics(step, metrics, health=[w.kind for w in warnings])
+    run.log.completions(step, trajectories, config.run.log_completions)
+    select = "eval/pass@1" if ev.n else "eval/correctness"
+    if "eval/correctness" in metrics and best_step(p.history, select) == step:
+        p.best_step = step
+        save_best(config.run.output, step, rs.model, rs.tokenizer, config)
+    if p.consecutive_skips >= max_skips:
+        raise TrainingError(
+            f"{p.consecutive_skips} steps in a row (to step {step}) had a non-finite loss "
+            f"or gradient, so their updates were skipped (run.max_skipped_steps={max_skips}). "
+            "Lower optim.lr or check the rewards; the last checkpoint is "
+            f"{latest_checkpoint(config.run.output) or 'none'}."
+        )
+    return warnings

@@ -1,0 +1,191 @@
+"""The shape of the code, kept: stage packages that import only downwards, no cycles, no
+private names across modules, short files and functions, a short README.
+
+The rule is the layout table of the design (`DESIGN.md`) and the README: a package may
+import the packages its row names, and what those may import. `agentgym/cli.py`, the
+package's `__init__` and the thin re-exports users import (`agentgym.tool_env`) may
+import anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+SOURCES = {"agentgym": ROOT / "agentgym", "agentgym.envs": ROOT / "envs",
+           "agentgym.sandboxes": ROOT / "sandboxes"}  # fmt: skip
+MAY_IMPORT = {
+    "types": set(),
+    "text": set(),
+    "compat": set(),
+    "sandboxes": set(),
+    "config": {"types"},
+    "tools": {"types", "text"},
+    "rewards": {"types", "config", "text"},
+    "env": {"types", "config", "tools", "rewards", "sandboxes"},
+    "envs": {"env"},
+    "policy": {"types", "config", "tools", "compat"},
+    "rollout": {"env", "policy", "types"},
+    "learn": {"types", "config", "compat"},
+    "eval": {"rollout", "env", "policy"},
+    "scale": {"rollout", "learn", "policy"},
+    "run": {"eval", "scale", "rewards"},
+    "top": set(),  # cli, config_cli, the package itself, re-exports: anything
+}
+EXCEPTIONS = {
+    ("agentgym.config", "agentgym.learn.grpo"):
+        "GRPOConfig checks `loss` against the loss registry, which users extend at run time",
+}  # fmt: skip
+MAX_FILE_LINES, MAX_FUNCTION_LINES, MAX_README_BYTES = 450, 60, 12 * 1024
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for prefix, folder in SOURCES.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([prefix, *parts])] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if module.startswith(("agentgym.envs", "agentgym.sandboxes")):
+        return parts[1]
+    if len(parts) > 1 and parts[1] in MAY_IMPORT:
+        return parts[1]
+    return "top"
+
+
+def _allowed(layer: str) -> set[str]:
+    """`layer`, what its row names, and what those may import, and so on down."""
+    seen, todo = {layer}, [layer]
+    while todo:
+        for below in MAY_IMPORT[todo.pop()] - seen:
+            seen.add(below)
+            todo.append(below)
+    return seen | ({"types"} if layer != "top" else set(MAY_IMPORT))
+
+
+def _imports(module: str) -> list[tuple[str, str, int]]:
+    """(imported module, imported name or "", line) of every agentgym import in `module`,
+    at any depth (inside functions and `if TYPE_CHECKING:` too)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [
+                (a.name, "", node.lineno) for a in node.names if a.name.startswith("agentgym")
+            ]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            if not base.startswith("agentgym"):
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.append((sub, "", node.lineno) if sub in MODULES
+                             else (base, alias.name, node.lineno))  # fmt: skip
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {m: {t for t, _, _ in _imports(m) if t in MODULES and t != m} for m in MODULES}
+
+
+def test_no_import_cycles():
+    graph, cycles = _graph(), []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while (top := stack.pop()) != node:
+                component.append(top)
+            if component:
+                cycles.append(sorted([node, *component]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert cycles == []
+
+
+def test_no_private_name_is_imported_from_another_module():
+    bad = []
+    for module in MODULES:
+        for target, name, line in _imports(module):
+            private_module = any(p.startswith("_") for p in target.split(".")[1:])
+            same_package = target.rsplit(".", 1)[0] == module.rsplit(".", 1)[0]
+            if target != module and name.startswith("_") and not name.startswith("__"):
+                bad.append(f"{MODULES[module].relative_to(ROOT)}:{line} {target}.{name}")
+            elif private_module and not same_package:
+                bad.append(f"{MODULES[module].relative_to(ROOT)}:{line} {target}")
+    assert bad == []
+
+
+def test_each_package_imports_only_what_its_row_allows():
+    bad = []
+    for module in MODULES:
+        layer, allowed = _layer(module), _allowed(_layer(module))
+        for target, _, line in _imports(module):
+            if target == "agentgym" and layer != "top":
+                bad.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports the package")
+            elif _layer(target) not in allowed and (module, target) not in EXCEPTIONS:
+                where = MODULES[module].relative_to(ROOT)
+                bad.append(f"{where}:{line} ({layer}) imports {target} ({_layer(target)})")
+    assert bad == []
+
+
+def test_files_and_functions_are_short():
+    long_files, long_functions = [], []
+    for path in sorted((ROOT / "agentgym").rglob("*.py")):
+        source = path.read_text()
+        if (lines := len(source.splitlines())) > MAX_FILE_LINES:
+            long_files.append(f"{path.relative_to(ROOT)}: {lines}")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+                if body and (size := body[-1].end_lineno - body[0].lineno + 1) > MAX_FUNCTION_LINES:
+                    long_functions.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {size}"
+                    )
+    assert long_files == [] and long_functions == []
+
+
+def test_the_readme_is_short():
+    assert (ROOT / "README.md").stat().st_size <= MAX_README_BYTES
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from agentgym import AgentEnv, Task, Feedback",
+        "from agentgym.tools import tool",
+        "from agentgym.tool_env import ToolEnv, ExpectedCall",
+        "from agentgym.sandboxes import make_sandbox",
+    ],
+)
+def test_the_imports_users_write_keep_working(statement):
+    exec(statement, {})
