@@ -125,6 +125,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     check(config, "train")  # every problem, before a model loads
     output = config.run.output
+    assert output is not None  # config_from_args names one
     if not dist.is_main():  # under torchrun, only rank 0 touches run.output
         pass
     elif args.resume == "auto" and checkpoint is None:
@@ -148,6 +149,7 @@ def _resumed_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
 
     if args.resume == "auto":
         config = config_from_args(args)
+        assert config.run.output is not None  # config_from_args names one
         checkpoint = latest_checkpoint(config.run.output)
         if checkpoint is None:
             return config, None
@@ -174,6 +176,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     check(config, "sft")  # every problem, before a model loads
+    assert config.run.output is not None  # config_from_args names one
     if (config.run.output / "metrics.jsonl").exists():
         raise ConfigError(f"run.output {str(config.run.output)!r} already holds a run")
     out = sft(config)

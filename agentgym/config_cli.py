@@ -29,7 +29,7 @@ import types
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeGuard, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel
@@ -149,7 +149,9 @@ def parse_value(annotation: Any, raw: str, key: str) -> Any:
         if Any in members:
             return yaml.safe_load(raw) if raw.strip() else ""
         if any(_is_container(m) for m in members) and raw.lstrip()[:1] in ("[", "{"):
-            return _read_node(annotation, yaml.compose(raw, Loader=yaml.SafeLoader), key)
+            node = yaml.compose(raw, Loader=yaml.SafeLoader)
+            assert node is not None  # a flow collection is never an empty document
+            return _read_node(annotation, node, key)
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or "unreadable"
         raise ConfigError(f"{key}: {raw!r} is not YAML flow syntax: {problem}") from None
@@ -228,7 +230,7 @@ def _members(annotation: Any) -> list[Any]:
     return [annotation]
 
 
-def _is_model(annotation: Any) -> bool:
+def _is_model(annotation: Any) -> TypeGuard[type[BaseModel]]:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
@@ -316,7 +318,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, dest: str = "overrides
     indent = " " * len(f"usage: {parser.prog} ")
     parser.usage = f"{own}\n{indent}[--SECTION.FIELD VALUE ...]"
     docs = list(field_docs())
-    to_set = {"action": _ConfigAction, "dest": dest}
+    to_set: dict[str, Any] = {"action": _ConfigAction, "dest": dest}
     for section in Config.model_fields:
         title = f"{section} (--{section}.FIELD VALUE, or --set {section}.FIELD=VALUE)"
         group = parser.add_argument_group(title)

@@ -155,6 +155,7 @@ def main():
     except SystemExit:
         raise
     except BaseException as exc:  # the code's own exception: print it without this frame
+        assert exc.__traceback__ is not None  # a caught exception has one
         exc = exc.with_traceback(exc.__traceback__.tb_next)  # the hook prints exc's own
         sys.__excepthook__(type(exc), exc, exc.__traceback__)  # C code: works out of memory
         sys.exit(1)

@@ -7,7 +7,7 @@ import os
 import selectors
 import subprocess
 import time
-from typing import Literal
+from typing import Literal, cast
 
 TRUNCATED = b"\n...[output truncated]"
 Cut = Literal["timeout", "output_limit"]
@@ -71,7 +71,7 @@ def communicate(
                     cut = "output_limit"
             if cut:
                 break
-        for fd in list(sel.get_map()):
+        for fd in cast(list[int], list(sel.get_map())):  # registered by fd above
             if fd in pending:
                 _close(fd)
     out, err = (b"".join(chunks[s.fileno()]) for s in (proc.stdout, proc.stderr))

@@ -211,7 +211,7 @@ class DockerSandbox:
 
     def close(self) -> None:
         """Removes this sandbox's leftover containers and closes an owned client."""
-        mine = {"label": f"{LABEL}={self._instance}"}
+        mine: dict[str, str | list[str] | bool] = {"label": f"{LABEL}={self._instance}"}
         with contextlib.suppress(Exception):  # best effort: the engine may be gone
             for container in self.client.containers.list(all=True, filters=mine):
                 with contextlib.suppress(self._errors.NotFound):

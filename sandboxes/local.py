@@ -182,7 +182,12 @@ class LocalSandbox:
         if pool_size:
             # Warm interpreters and their cgroups go at exit too, if nobody closed us.
             ref = weakref.ref(self)
-            self._close_at_exit = lambda: (sandbox := ref()) is not None and sandbox.close()
+
+            def close_at_exit() -> None:
+                if (sandbox := ref()) is not None:
+                    sandbox.close()
+
+            self._close_at_exit = close_at_exit
             atexit.register(self._close_at_exit)
             # One filler thread for the sandbox's lifetime: bwrap's --die-with-parent (and
             # unshare's --kill-child) fire when the *thread* that spawned them exits, so a
@@ -224,7 +229,7 @@ class LocalSandbox:
     def _command(
         self, uid: int | None, workdir: str, control_fd: int, join_fds: list[int]
     ) -> list[str]:
-        cfg = {"uid": uid, "workdir": workdir, "tmpfs_bytes": self.tmpfs_bytes}
+        cfg: dict[str, object] = {"uid": uid, "workdir": workdir, "tmpfs_bytes": self.tmpfs_bytes}
         cfg |= {"control_fd": control_fd, "join_fds": join_fds}
         if self.isolation == "unshare":
             cfg |= {
@@ -362,6 +367,7 @@ class LocalSandbox:
         }
         payload = marshal.dumps({"code": code, "files": dict(files or {}), "limits": limits}, 4)
         start = time.monotonic()
+        cut: Literal["timeout", "output_limit", "memory"] | None
         out, err, cut = b"", b"", None
         try:
             if spawned.group is not None:

@@ -19,6 +19,7 @@ SOURCES = {"agentgym": ROOT / "agentgym", "agentgym.envs": ROOT / "envs",
            "agentgym.sandboxes": ROOT / "sandboxes"}  # fmt: skip
 MAY_IMPORT = {
     "types": set(),
+    "records": set(),
     "text": set(),
     "compat": set(),
     "sandboxes": set(),
@@ -72,7 +73,7 @@ def _allowed(layer: str) -> set[str]:
         for below in MAY_IMPORT[todo.pop()] - seen:
             seen.add(below)
             todo.append(below)
-    return seen | ({"types"} if layer != "top" else set(MAY_IMPORT))
+    return seen | ({"types", "records"} if layer != "top" else set(MAY_IMPORT))
 
 
 def _imports(module: str) -> list[tuple[str, str, int]]:

@@ -30,6 +30,7 @@ def _require(condition: bool, message: str) -> None:
 def _check_messages(obs: object, where: str, *, nonempty: bool) -> None:
     """Observations are lists of chat-message dicts that `Message.from_dict` accepts."""
     _require(isinstance(obs, list), f"{where}: observation is {type(obs).__name__}, not a list")
+    assert isinstance(obs, list)  # for the type checker: _require raised otherwise
     _require(not nonempty or len(obs) > 0, f"{where}: no opening messages")
     for i, message in enumerate(obs):
         _require(isinstance(message, dict), f"{where}: message {i} is not a dict")
@@ -95,6 +96,7 @@ def _check_episode(env: gym.Env, seed: int, max_steps: int) -> None:
         )
         parts = step_info.get("reward_parts")
         _require(isinstance(parts, dict), f"{where}: info['reward_parts'] missing")
+        assert isinstance(parts, dict)  # for the type checker: _require raised otherwise
         for key, value in parts.items():
             _require(
                 isinstance(key, str) and isinstance(value, float),
@@ -135,6 +137,7 @@ def check_agent_env(
         isinstance(agent_env, AgentEnv),
         f"{type(agent_env).__name__} is not an agentgym.AgentEnv",
     )
+    assert isinstance(agent_env, AgentEnv)  # for the type checker: _require raised otherwise
     if make_env is None:
         spec = env.spec
         make_env = (lambda: gym.make(spec)) if spec is not None else (lambda: env)

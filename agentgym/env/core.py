@@ -23,7 +23,7 @@ from agentgym.env.spaces import ChatMessages, Utterance
 from agentgym.types import Message
 
 Split = Literal["train", "test"]
-SPLITS: tuple[str, ...] = get_args(Split)
+SPLITS: tuple[Split, ...] = get_args(Split)
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Feedback:
     info: Mapping[str, Any] = field(default_factory=dict)
 
 
-class AgentEnv(gym.Env[list, str]):
+class AgentEnv(gym.Env[list[dict[str, str]], str]):
     """Base class of agentgym environments: chat-message observations, text actions.
 
     Args:

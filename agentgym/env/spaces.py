@@ -42,7 +42,7 @@ class Utterance(spaces.Space[str]):
         return isinstance(other, Utterance) and other.max_length == self.max_length
 
 
-class ChatMessages(spaces.Space[list]):
+class ChatMessages(spaces.Space[list[dict[str, str]]]):
     """A list of chat messages: dicts with a `role` from ROLES and a str `content`."""
 
     def __init__(self, max_messages: int = 1024, seed: int | np.random.Generator | None = None):

@@ -84,7 +84,7 @@ _NOT_RUN = frozenset({ToolErrorKind.TOO_MANY_CALLS})
 _ZERO_PARTS: Mapping[str, float] = MappingProxyType(dict.fromkeys(REWARD_PARTS, 0.0))
 
 
-def _normalised(value: Any) -> Any:
+def _normalised(value: Any) -> object:
     return json.loads(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
 
 
@@ -235,7 +235,8 @@ class ToolEnv(AgentEnv):
 
     def tools(self) -> list[dict[str, Any]]:
         """JSON schemas of the tools (a fresh copy), as `info["tools"]` carries them."""
-        return json.loads(json.dumps(self._schemas))
+        schemas: list[dict[str, Any]] = json.loads(json.dumps(self._schemas))
+        return schemas
 
     @functools.cached_property
     def system_message(self) -> str:
@@ -262,6 +263,7 @@ class ToolEnv(AgentEnv):
 
     def respond(self, action: str) -> Feedback:
         """Runs the turn's calls, or scores its final answer; pays the change in score."""
+        assert self.task is not None  # step() checked it
         self.turns += 1
         cut_off = getattr(action, "finish_reason", "stop") == "length"
         parsed = self.format.parse(action, truncated=cut_off)
@@ -301,6 +303,7 @@ class ToolEnv(AgentEnv):
 
     def _parts(self, answer: str | None, *, finished: bool) -> dict[str, float]:
         """The episode's score parts if it ended now with `answer`."""
+        assert self.task is not None  # only `respond` asks, within a step
         correct = answer is not None and self.is_correct(self.task, answer)
         return {
             "correctness": 1.0 if correct else 0.0,

@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from agentgym.env.core import make_env
+from agentgym.env.core import AgentEnv, Split, make_env
 from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.policy.hf import merged_adapters
 from agentgym.rewards.verifiable import answers_equal, extract_boxed
@@ -98,7 +98,7 @@ def task_result(data: dict[str, Any]) -> TaskResult:
 
 
 def held_out_ids(env_id: str, env_kwargs: dict[str, Any], count: int, *, start: int = 0,
-                 split: str = "test") -> list[str]:  # fmt: skip
+                 split: Split = "test") -> list[str]:  # fmt: skip
     """Task ids `start .. start + count` of `split` (all there are, when fewer).
 
     Raises:
@@ -106,7 +106,7 @@ def held_out_ids(env_id: str, env_kwargs: dict[str, Any], count: int, *, start: 
     """
     env = make_env(env_id, **env_kwargs)
     try:
-        agent = env.unwrapped
+        agent = cast(AgentEnv, env.unwrapped)  # make_env made an agent environment
         total = agent.num_tasks(split)
         if start >= total:
             raise ValueError(
@@ -156,7 +156,7 @@ class HeldOut:
         self.n, self.temperature, self.top_p, self.stop = n, temperature, top_p, tuple(stop)
         self.batch = max(batch, n)
         self.envs = [make_env(env_id, **env_kwargs) for _ in range(self.batch)]
-        agent = self.envs[0].unwrapped
+        agent = cast(AgentEnv, self.envs[0].unwrapped)  # make_env made an agent environment
         self.expected = {t: str(agent.load_task(t).answer) for t in self.task_ids}
 
     @classmethod

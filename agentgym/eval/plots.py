@@ -14,14 +14,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-# (metric keys on one panel, panel title); the first key of a panel may carry a "/std" band.
-CURVES: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("reward/mean",), "reward (mean ± std)"),
-    (("correctness_rate", "eval/correctness", "eval/pass@1"), "correctness (train, held-out)"),
-    (("kl",), "KL to the reference"),
-    (("entropy",), "entropy"),
-    (("avg_completion_length",), "completion length (tokens)"),
-)
+from agentgym import records  # noqa: E402
+
+# (metric keys on one panel, panel title), from the metrics' declarations; the mean reward
+# carries its standard deviation as a band.
+CURVES: tuple[tuple[tuple[str, ...], str], ...] = tuple(records.panels())
 
 
 def _series(history: Sequence[Mapping[str, Any]], key: str) -> tuple[list[float], list[float]]:
@@ -39,8 +36,8 @@ def training_curves(history: Sequence[Mapping[str, Any]], path: Path) -> Path:
                 continue
             ax.plot(steps, values, marker="o" if key.startswith("eval/") else None,
                     markersize=3, label=key)  # fmt: skip
-            if key == "reward/mean":
-                _, std = _series(history, "reward/std")
+            if key == records.REWARD_MEAN:
+                _, std = _series(history, records.REWARD_STD)
                 if len(std) == len(values):
                     low = [v - s for v, s in zip(values, std, strict=True)]
                     high = [v + s for v, s in zip(values, std, strict=True)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -86,9 +86,9 @@ def compare(results: Sequence[TaskResult], baseline: Sequence[TaskResult],
     if ids != base_ids:
         raise ValueError("compare() needs both models' results on the same tasks, in order")
     out: dict[str, Any] = {"level": level, "tasks": len(ids)}
-    scores = {
-        f"correctness_{judge}": lambda r, judge=judge: float(getattr(r.greedy, judge))
-        for judge in ("strict", "lenient")
+    scores: dict[str, Callable[[TaskResult], float]] = {
+        "correctness_strict": lambda r: float(r.greedy.strict),
+        "correctness_lenient": lambda r: float(r.greedy.lenient),
     }
     if all(r.samples for r in (*results, *baseline)):
         scores["pass@1"] = lambda r: _mean([float(s.strict) for s in r.samples])

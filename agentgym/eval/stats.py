@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ def paired_bootstrap(
     return float(diff.mean()), float(low), float(high)
 
 
-def best_step(history: Sequence[Mapping[str, float]], key: str = "eval/correctness") -> int | None:
+def best_step(history: Sequence[Mapping[str, Any]], key: str = "eval/correctness") -> int | None:
     """The step whose held-out `key` is highest (the earliest among ties); None when none has it.
 
     `history` holds metric records with a "step" field, as in metrics.jsonl;

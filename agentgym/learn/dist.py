@@ -20,7 +20,7 @@ import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as tdist
@@ -171,7 +171,8 @@ def all_reduce_grads(params: Sequence[torch.nn.Parameter]) -> None:
     for p in reduced:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    for bucket in _buckets([p.grad for p in reduced]):
+    # every one set just above
+    for bucket in _buckets(cast(list[torch.Tensor], [p.grad for p in reduced])):
         flat = torch.cat([g.reshape(-1) for g in bucket])
         tdist.all_reduce(flat)
         _unflatten_into(flat, bucket)
@@ -200,7 +201,9 @@ def fully_shard_model(model: torch.nn.Module) -> Callable[..., Any]:
     """
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # torch types an attribute a module does not declare (a peft model's get_base_model) as
+    # Tensor | Module
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
     unit_types = set(getattr(base, "_no_split_modules", None) or ())
     units = [m for m in model.modules() if type(m).__name__ in unit_types]
     if not units:
@@ -208,7 +211,9 @@ def fully_shard_model(model: torch.nn.Module) -> Callable[..., Any]:
                          "layer class (_no_split_modules) to shard by; use 'ddp'")  # fmt: skip
     for unit in units:
         fully_shard(unit)
-    root = fully_shard(_Root(model))
+    # fully_shard returns the module it was given, of a subclass of its class and FSDPModule;
+    # torch types it as FSDPModule alone
+    root = cast(_Root, fully_shard(_Root(model)))
     for module in root.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)

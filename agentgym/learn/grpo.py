@@ -117,7 +117,7 @@ def group_advantages(
     if scale not in get_args(Scale):
         raise ValueError(f"scale must be one of {get_args(Scale)}, got {scale!r}")
     if scale == "group":
-        std = (centered.square().sum(dim=1, keepdim=True) / count).sqrt()
+        std: Tensor | float = (centered.square().sum(dim=1, keepdim=True) / count).sqrt()
         adv = centered / (std + eps)
     elif scale == "batch":
         scored = groups[valid]

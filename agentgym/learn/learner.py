@@ -33,12 +33,13 @@ import copy
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
 
+from agentgym import records
 from agentgym.config import Config
 from agentgym.learn import dist, grpo, logprobs
 from agentgym.learn.logprobs import (
@@ -51,11 +52,13 @@ from agentgym.learn.logprobs import (
 from agentgym.learn.lora import wrap_lora
 from agentgym.types import Batch
 
-LOSS_METRICS = ("loss/policy", "kl", "clip_fraction", "entropy")
+T = TypeVar("T")
+
+LOSS_METRICS = (records.LOSS, records.KL, records.CLIP_FRACTION, records.ENTROPY)
 """The metrics of a step's loss, each a sum over micro-batches weighted by their share."""
 
 
-def _has_adapters(model) -> bool:
+def _has_adapters(model: PreTrainedModel) -> bool:
     from peft import PeftModel
 
     return isinstance(model, PeftModel)
@@ -129,7 +132,7 @@ class Learner:
             return torch.bfloat16
         return None
 
-    def _forward_context(self):
+    def _forward_context(self) -> contextlib.AbstractContextManager[object]:
         if self.autocast is None:
             return contextlib.nullcontext()
         device_type = next(self.model.parameters()).device.type
@@ -152,12 +155,14 @@ class Learner:
             return run(token_logprobs, batch, temperature, prefix, not self.sharded)[0]
 
     @contextlib.contextmanager
-    def _as_reference(self):
+    def _as_reference(self) -> Iterator[Runner]:
         """Yields what runs a function of the reference model (see `_runner`)."""
         if self.reference is not None:
             yield self._run_reference
         else:
-            with self.model.disable_adapter():
+            # no reference copy: the model is a peft model, typed as the PreTrainedModel it
+            # wraps, whose attributes torch types as Tensor | Module
+            with self.model.disable_adapter():  # type: ignore[operator]
                 yield self._run
 
     def _weight(self, micro: Batch, whole: Batch) -> float:
@@ -186,9 +191,10 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()  # the schedule follows steps taken, skipped or not
-        return {**totals, "grad_norm": grad_norm, "lr": lr, "skipped": float(not finite)}
+        return {**totals, records.GRAD_NORM: grad_norm, records.LR: lr,
+                records.SKIPPED: float(not finite)}  # fmt: skip
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """The optimizer's and the schedule's state, and the KL coefficient, for a checkpoint.
 
         When `sharded`, the optimizer state is gathered whole, as one process has it
@@ -199,7 +205,7 @@ class Learner:
         return {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
                 "beta": self.beta}  # fmt: skip
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores what `state_dict` returned (a resumed run); when `sharded`, each rank
         keeps its shard of the whole optimizer state."""
         if self.sharded:
@@ -226,7 +232,7 @@ class Learner:
         if shared >= logprobs.MIN_SHARED_PREFIX:
             ref_prefix = self._reference_prefix(batch.input_ids[:1, :shared])
 
-        def loss_fn(micro: Batch, prefix: Prefix | None):
+        def loss_fn(micro: Batch, prefix: Prefix | None) -> tuple[torch.Tensor, dict[str, float]]:
             weight = self._weight(micro, batch)
             loss, stats = self._loss(micro, ref_prefix, prefix)
             return loss * weight, {k: v * weight for k, v in stats.items()}
@@ -325,7 +331,13 @@ class Learner:
                 yield name, (p.full_tensor() if isinstance(p, DTensor) else p).detach()
 
 
-def _runner(model, sharded: bool) -> Callable[..., Any]:
+class Runner(Protocol):
+    """Runs `fn(model, *args)` of one model as `run(fn, *args)` (see `_runner`)."""
+
+    def __call__(self, fn: Callable[..., T], /, *args: Any) -> T: ...
+
+
+def _runner(model: torch.nn.Module, sharded: bool) -> Runner:
     """What runs `fn(model, *args)` as `run(fn, *args)`: the call itself, or, when
     `sharded`, the same through FSDP (`dist.fully_shard_model`)."""
     if sharded:
@@ -345,15 +357,10 @@ def _to(batch: Batch, device: torch.device) -> Batch:
     if batch.input_ids.device == device:
         return batch
     return Batch(
-        *(
-            t.to(device)
-            for t in (
-                batch.input_ids,
-                batch.attention_mask,
-                batch.loss_mask,
-                batch.old_logprobs,
-                batch.advantages,
-            )
-        ),
+        batch.input_ids.to(device),
+        batch.attention_mask.to(device),
+        batch.loss_mask.to(device),
+        batch.old_logprobs.to(device),
+        batch.advantages.to(device),
         is_weights=None if batch.is_weights is None else batch.is_weights.to(device),
     )

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import torch
 from torch.utils.checkpoint import checkpoint
-from transformers import DynamicCache
+from transformers import DynamicCache, PreTrainedModel
 
 from agentgym.compat import cache_kwarg
 from agentgym.learn import grpo
@@ -44,16 +44,17 @@ def shared_prefix_length(batch: Batch) -> int:
     return min(int(same.int().cumprod(dim=0).sum()), first)
 
 
-def _decoder_and_head(model):
+def _decoder_and_head(model: PreTrainedModel) -> tuple[PreTrainedModel, torch.nn.Linear]:
     # a peft model hands attribute reads to its base model: asking it directly gives the same
-    # decoder, head and config (mutants of the test here and in `_softcap` are equivalent)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # decoder, head and config (mutants of the test here and in `_softcap` are equivalent);
+    # torch types get_base_model, which a PreTrainedModel does not declare, as Tensor | Module
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
     return base.get_decoder(), base.get_output_embeddings()
 
 
-def _softcap(model, logits: torch.Tensor) -> torch.Tensor:
+def _softcap(model: PreTrainedModel, logits: torch.Tensor) -> torch.Tensor:
     """The final-logit soft-capping some models (Gemma 2) apply after the head, if any."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
     cap = getattr(base.config, "final_logit_softcapping", None)
     return logits if not cap else torch.tanh(logits / cap) * cap
 
@@ -62,7 +63,7 @@ Prefix = tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]
 """A shared prefix run once: its length and each layer's (keys, values) for one row."""
 
 
-def run_prefix(model, ids: torch.Tensor) -> Prefix:
+def run_prefix(model: PreTrainedModel, ids: torch.Tensor) -> Prefix:
     """Runs `ids` [1, P] through the decoder; returns (P, each layer's keys and values)."""
     decoder, _ = _decoder_and_head(model)
     cache = DynamicCache()
@@ -70,13 +71,15 @@ def run_prefix(model, ids: torch.Tensor) -> Prefix:
     # use_cache says (mutants of both are equivalent here and in `_hidden_states`)
     decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
             **{cache_kwarg(decoder): cache})  # fmt: skip
-    return ids.shape[1], [(layer.keys, layer.values) for layer in cache.layers]
+    # a filled DynamicCache's layers all hold keys and values; transformers types them as
+    # possibly absent (and the layers as possibly linear-attention ones)
+    return ids.shape[1], [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
 
 
 # token_logprobs, the only caller, always passes share_prefix (a mutant of its default is
 # equivalent)
-def _hidden_states(model, batch: Batch, prefix: Prefix | None = None, share_prefix: bool = True
-                   ) -> tuple[torch.Tensor, int]:  # fmt: skip
+def _hidden_states(model: PreTrainedModel, batch: Batch, prefix: Prefix | None = None,
+                   share_prefix: bool = True) -> tuple[torch.Tensor, int]:  # fmt: skip
     """The last hidden states [N, L - P] of positions P.., and P, the shared prefix run once.
 
     The prefix is run for one row into a KV cache (or taken from `prefix`,
@@ -111,7 +114,8 @@ LOGIT_BUDGET = 2**25
 Past it, positions go through the head in checkpointed chunks."""
 
 
-def _head_logprobs(model, head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float
+def _head_logprobs(model: PreTrainedModel, head: torch.nn.Module, hidden: torch.Tensor,
+                   targets: torch.Tensor, temperature: float
                    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Logprob [K] of each target under head(hidden [K, H]) / T, and the (detached) entropy [K].
 
@@ -129,8 +133,9 @@ def _head_logprobs(model, head, hidden: torch.Tensor, targets: torch.Tensor, tem
     return logsm.gather(-1, targets[:, None]).squeeze(-1), entropy
 
 
-def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | None = None,
-                   share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def token_logprobs(model: PreTrainedModel, batch: Batch, temperature: float,
+                   prefix: Prefix | None = None, share_prefix: bool = True
+                   ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Logprobs [N, L-1] of each target token, and the entropy [N, L-1] of its distribution.
 
     Only the positions the loss mask selects are projected onto the vocabulary
@@ -176,11 +181,11 @@ def token_logprobs(model, batch: Batch, temperature: float, prefix: Prefix | Non
 
 
 def backward_micro_batches(
-    model,
+    model: PreTrainedModel,
     batch: Batch,
     micro_batch_size: int,
     loss_fn: Callable[[Batch, Prefix | None], tuple[torch.Tensor, T]],
-    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    context: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
     select: Callable[[list[Batch]], list[Batch]] | None = None,
     share_prefix: bool = True,
 ) -> list[T]:

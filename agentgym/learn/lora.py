@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from transformers import PreTrainedModel
 
 from agentgym.config import Config
@@ -19,4 +21,5 @@ def wrap_lora(model: PreTrainedModel, config: Config) -> PreTrainedModel:
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, peft_config)
+    # a peft model hands every attribute it lacks to the model it wraps: callers use it as one
+    return cast(PreTrainedModel, get_peft_model(model, peft_config))

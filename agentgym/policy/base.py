@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import torch
 
@@ -51,9 +51,11 @@ class Policy(Protocol):
     policy, a user's own backend), so that no caller probes for them.
     """
 
-    model: torch.nn.Module | None
-    """The in-process model it samples with (the learner's, or a copy); None for a
-    separate engine (vLLM), which gets new weights only through `load_weights`."""
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The in-process model it samples with (the learner's, or a copy); None for a
+        separate engine (vLLM), which gets new weights only through `load_weights`."""
+        ...
 
     def generate(
         self,
@@ -141,7 +143,8 @@ class _Plain(PolicyBase):
 def as_policy(policy: Any) -> Policy:
     """`policy` itself when it is a `PolicyBase`, else `policy` with the defaults of the
     abilities it lacks (it needs `generate`; `load_weights` when weights are synced)."""
-    return policy if isinstance(policy, PolicyBase) else _Plain(policy)
+    # a PolicyBase is one of the backends, each of which implements generate and load_weights
+    return cast(Policy, policy) if isinstance(policy, PolicyBase) else _Plain(policy)
 
 
 def check_generate_args(prompts: list[list[int]], streams: Sequence[int] | None) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -62,6 +63,7 @@ class _ReservedLayer(DynamicLayer):
         end = self.length + key_states.shape[-2]
         if self._keys is None or end > self._keys.shape[-2]:
             self._grow(key_states, value_states, end)
+        assert self._keys is not None and self._values is not None  # _grow made them
         self._keys[:, :, self.length : end] = key_states
         self._values[:, :, self.length : end] = value_states
         self.length = end
@@ -70,6 +72,7 @@ class _ReservedLayer(DynamicLayer):
 
     def _expose(self) -> None:
         """Points `keys` and `values` at the filled part of the buffers."""
+        assert self._keys is not None and self._values is not None  # only once they exist
         self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> None:
@@ -77,6 +80,7 @@ class _ReservedLayer(DynamicLayer):
         keys = key_states.new_empty(*key_states.shape[:2], capacity, key_states.shape[-1])
         values = value_states.new_empty(*value_states.shape[:2], capacity, value_states.shape[-1])
         if self._keys is not None:
+            assert self._values is not None  # made together with the keys
             keys[:, :, : self.length] = self._keys[:, :, : self.length]
             values[:, :, : self.length] = self._values[:, :, : self.length]
         self._keys, self._values = keys, values
@@ -98,12 +102,14 @@ class _ReservedLayer(DynamicLayer):
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.length > 0:
+            assert self._keys is not None and self._values is not None  # they hold the length
             self._keys = self._keys.repeat_interleave(repeats, dim=0)
             self._values = self._values.repeat_interleave(repeats, dim=0)
             self._expose()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.length > 0:
+            assert self._keys is not None and self._values is not None  # they hold the length
             self._keys, self._values = self._keys[indices], self._values[indices]
             self._expose()
 
@@ -112,7 +118,8 @@ class ReservedCache(DynamicCache):
     """A `DynamicCache` whose layers preallocate room for `capacity` positions."""
 
     def __init__(self, capacity: int):
-        Cache.__init__(self, layer_class_to_replicate=lambda: _ReservedLayer(capacity))
+        # transformers calls what it is given to make each layer; it types it as a class
+        Cache.__init__(self, layer_class_to_replicate=lambda: _ReservedLayer(capacity))  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager
@@ -195,7 +202,7 @@ class HFPolicy(PolicyBase):
         batch_size: int = 64,
         min_shared_prefix: int = 16,
     ):
-        self.model = model
+        self.model: PreTrainedModel = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.min_shared_prefix = min_shared_prefix
@@ -268,7 +275,9 @@ class HFPolicy(PolicyBase):
         if self._kept is None or len(ids) < 2:
             return
         columns = mask[row].nonzero().flatten()
-        layers = [(layer.keys[row][:, columns], layer.values[row][:, columns])
+        # transformers types a layer's keys and values as possibly absent (and the layer as
+        # possibly a linear-attention one); this cache's layers hold them
+        layers = [(layer.keys[row][:, columns], layer.values[row][:, columns])  # type: ignore[union-attr,index]
                   for layer in cache.layers]  # fmt: skip
         self._kept[tuple(prompt) + tuple(ids[:-1])] = layers  # the last id was never fed
 
@@ -288,6 +297,7 @@ class HFPolicy(PolicyBase):
         """Prefills only what each prompt adds to its kept sequence; returns (cache,
         last logits, attention mask, positions). Row j's columns are [padding, its kept
         keys and values, padding, its new ids], the padding masked out."""
+        assert self._kept is not None  # the keys were found in it
         reused = [len(k) if k is not None else 0 for k in keys]
         width = max(reused)
         capacity = width + max(len(p) - r for p, r in zip(prompts, reused, strict=True))
@@ -357,7 +367,7 @@ class HFPolicy(PolicyBase):
         rows = list(range(len(prompts)))  # prompt index of each live row
         ids: list[list[int]] = [[] for _ in prompts]
         logps: list[list[float]] = [[] for _ in prompts]
-        reasons = ["length"] * len(prompts)
+        reasons: list[Literal["stop", "length"]] = ["length"] * len(prompts)
         for step in range(params.max_new_tokens):
             u = self._uniforms(rows, streams, step) if params.temperature else None
             token, logp = sample_ids(logits[:, -1, :].float(), params, u)

@@ -152,7 +152,9 @@ def load_model_and_tokenizer(
         source, local_only = _local_or_hub(name), _offline()
     display = resolve_model_name(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+        tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
+            source, local_files_only=local_only
+        )
         tokenizer = _prepare_tokenizer(tokenizer, display)
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dtype, local_files_only=local_only
@@ -338,7 +340,9 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
     # The weights are dequantized already; only these markers make save_pretrained refuse.
-    model.hf_quantizer = None
+    # transformers declares no hf_quantizer, and torch types what a module does not declare
+    # as Tensor | Module
+    model.hf_quantizer = None  # type: ignore[assignment]
     del model.config.quantization_config
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -64,5 +64,6 @@ def sample_ids(logits: torch.Tensor, params: SamplingParams, u: torch.Tensor | N
         outside = sorted_p.cumsum(-1) - sorted_p >= params.top_p  # keeps the top token always
         sorted_p = sorted_p.masked_fill(outside, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    assert u is not None  # the caller draws uniforms whenever the temperature is not 0
     ids = _draw(probs, u)
     return ids, logprobs.gather(-1, ids[:, None]).squeeze(-1)

@@ -176,6 +176,7 @@ class RewardFunctions:
         if self._conn is not None:
             self._conn.close()
         if self._process.exitcode is None:  # not reaped yet, so its pid is still its own
+            assert self._process.pid is not None  # `_worker` keeps only a started process
             with contextlib.suppress(ProcessLookupError, PermissionError, AttributeError):
                 os.killpg(self._process.pid, signal.SIGKILL)  # the worker leads its own group
             self._process.kill()

@@ -13,7 +13,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
@@ -65,15 +65,21 @@ class _Episode:
 _SENTINEL = "\u2063agentgym-end-of-content\u2063"
 
 
-def render(tokenizer: PreTrainedTokenizerBase, messages, generation_prompt: bool) -> str:
+def render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], generation_prompt: bool
+) -> str:
     """The chat template applied to messages, as text.
 
     No `tools=` is passed: environments describe their tools, in their own
     call format, in the system message, so the text is the same whether or not
     a model's template knows about tools (and no tool is listed twice).
     """
-    return tokenizer.apply_chat_template(
-        messages, add_generation_prompt=generation_prompt, tokenize=False
+    # tokenize=False gives the text; transformers types the result of every mode at once
+    return cast(
+        str,
+        tokenizer.apply_chat_template(
+            messages, add_generation_prompt=generation_prompt, tokenize=False
+        ),
     )
 
 
@@ -103,7 +109,8 @@ def continuation_ids(
     glue = render(tokenizer, marked, generation_prompt=False).rpartition(_SENTINEL)[2]
     if stopped and tokenizer.eos_token and glue.startswith(tokenizer.eos_token):
         glue = glue[len(tokenizer.eos_token) :]
-    return tokenizer.encode(glue + after[len(before) :], add_special_tokens=False)
+    ids: list[int] = tokenizer.encode(glue + after[len(before) :], add_special_tokens=False)
+    return ids
 
 
 def stream(seed: int, ep: _Episode) -> int:
@@ -115,7 +122,9 @@ def stream(seed: int, ep: _Episode) -> int:
     return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "little")
 
 
-def _start(env: gym.Env, spec: TaskSpec, group: int, member: int, tokenizer) -> _Episode:
+def _start(
+    env: gym.Env, spec: TaskSpec, group: int, member: int, tokenizer: PreTrainedTokenizerBase
+) -> _Episode:
     obs, info = env.reset(**spec.reset_kwargs())
     prompt = tokenizer.encode(render(tokenizer, obs, True), add_special_tokens=False)
     return _Episode(
@@ -132,14 +141,21 @@ def _start(env: gym.Env, spec: TaskSpec, group: int, member: int, tokenizer) -> 
     )
 
 
-def _advance(ep: _Episode, ids, logprobs, finish_reason: str, tokenizer) -> None:
+def _advance(
+    ep: _Episode,
+    ids: tuple[int, ...],
+    logprobs: tuple[float, ...],
+    finish_reason: str,
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
     """Appends one sampled turn, steps the environment, and appends its reply."""
     ep.spans.append((len(ep.tokens), len(ep.tokens) + len(ids)))
     ep.tokens.extend(ids)
     ep.loss_mask.extend([1] * len(ids))
     ep.logprobs.extend(logprobs)
     ep.finish_reason = finish_reason
-    text = tokenizer.decode(ids, skip_special_tokens=True)
+    # a tuple of ids decodes as a list does, to one str; transformers' types say neither
+    text = cast(str, tokenizer.decode(ids, skip_special_tokens=True))  # type: ignore[arg-type]
     try:
         obs, reward, terminated, truncated, info = ep.env.step(Completion(text, finish_reason))
     except Exception as err:  # a bug in the environment ends this episode, not the run

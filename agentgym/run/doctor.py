@@ -15,6 +15,7 @@ Three checks, each with a hint when it fails:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -101,7 +102,7 @@ def _native_tool_calls(tokenizer, fmt) -> str:
         "type": "function",
         "function": {"name": _CALL.name, "arguments": dict(_CALL.arguments)},
     }
-    messages = [{"role": "user", "content": "q"},
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "q"},
                 {"role": "assistant", "content": "", "tool_calls": [call]}]  # fmt: skip
     try:
         text = render(tokenizer, messages, False)

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from agentgym import records
+
 Record = Mapping[str, float]
 
 
@@ -49,7 +51,7 @@ def _values(history: Sequence[Record], key: str) -> list[float]:
     return [float(r[key]) for r in history if r.get(key) is not None]
 
 
-def _last_n_all(values: list[float], n: int, test) -> bool:
+def _last_n_all(values: Sequence[float], n: int, test) -> bool:
     return len(values) >= n and all(test(v) for v in values[-n:])
 
 
@@ -64,7 +66,7 @@ def check_health(
     def warn(kind: str, message: str) -> None:
         out.append(HealthWarning(kind, step, message))
 
-    kl = _values(history, "kl")
+    kl = _values(history, records.KL)
     if beta > 0 and _last_n_all(kl, lim.patience, lambda v: v > lim.kl_high):
         warn("kl_high", f"KL above {lim.kl_high} for {lim.patience} steps: raise grpo.beta")
     if (
@@ -74,8 +76,8 @@ def check_health(
     ):
         warn("kl_low", f"KL below {lim.kl_low} for {lim.patience} steps: the policy is not moving")
     for key, kind, factor, above in (
-        ("entropy", "entropy_collapse", lim.collapse, False),
-        ("avg_completion_length", "length_explosion", lim.explosion, True),
+        (records.ENTROPY, "entropy_collapse", lim.collapse, False),
+        (records.COMPLETION_LENGTH, "length_explosion", lim.explosion, True),
     ):
         values = _values(history, key)
         if len(values) <= lim.baseline_steps:
@@ -84,11 +86,11 @@ def check_health(
         now = values[-1]
         if (above and now > factor * start) or (not above and now < factor * start):
             warn(kind, f"{key} went from {start:.3g} to {now:.3g}")
-    evals = _values(history, "eval/correctness")
+    evals = _values(history, records.EVAL_CORRECTNESS)
     falls = [b < a for a, b in zip(evals, evals[1:], strict=False)]
     if _last_n_all(falls, lim.patience, bool):
         warn("reward_falling", f"held-out correctness fell {lim.patience} evaluations in a row")
-    zero = _values(history, "zero_variance_groups")
+    zero = _values(history, records.ZERO_VARIANCE)
     if _last_n_all(zero, lim.patience, lambda v: v > 0.5):
         warn("zero_variance", f"over half the groups had equal rewards for {lim.patience} steps")
     return out

@@ -14,6 +14,7 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 from agentgym.types import TrainingError  # re-exported: it lives with the shared records
 
@@ -32,7 +33,7 @@ class StopRequest:
     def __init__(self, say: Callable[[str], None] = print):
         self.say = say
         self.requested: str | None = None  # the name of the first signal
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():  # signals reach only it

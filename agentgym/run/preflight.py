@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from agentgym.config import Config, ConfigError
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
@@ -128,7 +128,7 @@ def _env_problems(config: Config, command: Command) -> list[Problem]:
         field = "run.env_kwargs" if run.env_kwargs else "run.env"
         return [Problem(field, f"cannot make {run.env!r} with {run.env_kwargs}: {err}")]
     try:
-        agent = env.unwrapped
+        agent = cast(AgentEnv, env.unwrapped)  # make_env made an agent environment
         return [
             *_split_problems(config, command, agent),
             *_demonstration_problems(config, command, agent),

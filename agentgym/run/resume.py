@@ -26,7 +26,8 @@ from agentgym.eval.heldout import TaskResult
 from agentgym.learn.learner import Learner
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.run.checkpoint import prune, read_trainer, save_checkpoint
+from agentgym.records import CheckpointState
+from agentgym.run.checkpoint import prune, read_state, read_trainer, save_checkpoint
 from agentgym.scale import dist
 
 
@@ -81,20 +82,22 @@ class RunState:
         """Writes `checkpoint-{step}` (weights, optimizer, schedule, RNG states, counters,
         the metric history, the evaluations so far) and prunes to `run.keep_last`."""
         run = self.config.run
+        assert run.output is not None  # the CLI (or the caller) names the run's folder
         p = self.progress
-        state = {
-            "start_model": self.start_model,
-            "history": p.history,
-            "best_step": p.best_step,
-            "skipped_steps": p.skipped_steps,
-            "consecutive_skips": p.consecutive_skips,
-            "rng": {
+        state = CheckpointState(
+            step=step,
+            start_model=self.start_model,
+            history=p.history,
+            best_step=p.best_step,
+            skipped_steps=p.skipped_steps,
+            consecutive_skips=p.consecutive_skips,
+            rng={
                 "python": random.getstate(),
                 "numpy": _numpy_state(),
                 "run": self.rng.bit_generator.state,
             },
-            "evals": {k: [dataclasses.asdict(r) for r in v] for k, v in self.results.items()},
-        }
+            evals={k: [dataclasses.asdict(r) for r in v] for k, v in self.results.items()},
+        ).to_json()
         trainer = {"learner": dist.share_state(self.learner), "torch_rng": torch.get_rng_state()}
         folder = save_checkpoint(run.output, step, self.model, self.tokenizer,
                                  self.config, state=state, trainer=trainer)  # fmt: skip
@@ -102,23 +105,33 @@ class RunState:
         return folder
 
 
-def restore(state: dict[str, Any], resume: Path, learner: Learner, rng) -> Progress:
+def resume_state(folder: Path) -> CheckpointState:
+    """A training checkpoint's state (`state.json`, read by `read_state`)."""
+    return CheckpointState.from_json(read_state(folder))
+
+
+def restore(state: CheckpointState, resume: Path, learner: Learner, rng) -> Progress:
     """Puts a checkpoint's optimizer, schedule and RNG states back; returns its progress."""
     trainer = read_trainer(resume)
     learner.load_state_dict(trainer["learner"])
     torch.set_rng_state(trainer["torch_rng"])
-    version, internal, gauss = state["rng"]["python"]
+    version, internal, gauss = state.rng["python"]
     random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["rng"]["numpy"]
+    name, keys, pos, has_gauss, cached = state.rng["numpy"]
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    rng.bit_generator.state = state["rng"]["run"]
-    return Progress(step=state["step"], history=state["history"], best_step=state["best_step"],
-                    skipped_steps=state["skipped_steps"],
-                    consecutive_skips=state["consecutive_skips"])  # fmt: skip
+    rng.bit_generator.state = state.rng["run"]
+    return Progress(
+        step=state.step,
+        history=state.history,
+        best_step=state.best_step,
+        skipped_steps=state.skipped_steps,
+        consecutive_skips=state.consecutive_skips,
+    )
 
 
-def _numpy_state() -> list:
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+def _numpy_state() -> list[Any]:
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    assert isinstance(keys, np.ndarray)  # the legacy tuple: (name, keys, pos, has_gauss, cached)
     return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
 
 

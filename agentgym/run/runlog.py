@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from agentgym import records
 from agentgym.types import Trajectory
 
 
@@ -30,14 +31,14 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
     return {
         **tool_metrics(trajectories),
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std(unbiased=False)),
-        "reward/max": float(rewards.max()),
-        "reward/min": float(rewards.min()),
-        "format_accuracy": share("format", lambda v: v > 0),
-        "correctness_rate": share("correctness", lambda v: v >= 1.0),
-        "avg_completion_length": float(lengths.mean()),
-        "truncated_fraction": sum(t.truncated for t in trajectories) / len(trajectories),
+        records.REWARD_MEAN: float(rewards.mean()),
+        records.REWARD_STD: float(rewards.std(unbiased=False)),
+        records.REWARD_MAX: float(rewards.max()),
+        records.REWARD_MIN: float(rewards.min()),
+        records.FORMAT_ACCURACY: share("format", lambda v: v > 0),
+        records.CORRECTNESS_RATE: share("correctness", lambda v: v >= 1.0),
+        records.COMPLETION_LENGTH: float(lengths.mean()),
+        records.TRUNCATED_FRACTION: sum(t.truncated for t in trajectories) / len(trajectories),
     }
 
 
@@ -52,13 +53,13 @@ def failure_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float | str
     reward = [t.reward_error for t in trajectories if t.reward_error is not None]
     env = [t.error for t in trajectories if t.error is not None]
     out: dict[str, float | str] = {
-        "reward/failed": float(len(reward)),
-        "env/errors": float(len(env)),
+        records.REWARD_FAILED: float(len(reward)),
+        records.ENV_ERRORS: float(len(env)),
     }
     if reward:
-        out["reward/first_error"] = reward[0]
+        out[records.REWARD_FIRST_ERROR] = reward[0]
     if env:
-        out["env/first_error"] = env[0]
+        out[records.ENV_FIRST_ERROR] = env[0]
     return out
 
 
@@ -75,10 +76,10 @@ def tool_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         return {}
     calls = totals.pop("tool_calls")
     errors = {k.removeprefix("tool_errors/"): v for k, v in totals.items() if k.startswith("tool_")}
-    out = {"tools/calls_per_episode": calls / len(trajectories)}
-    out["tools/error_rate"] = sum(errors.values()) / calls if calls else 0.0
+    out = {records.TOOL_CALLS: calls / len(trajectories)}
+    out[records.TOOL_ERROR_RATE] = sum(errors.values()) / calls if calls else 0.0
     for kind, n in sorted(errors.items()):
-        out[f"tools/error_rate/{kind}"] = n / calls if calls else 0.0
+        out[f"{records.TOOL_ERRORS_PREFIX}{kind}"] = n / calls if calls else 0.0
     return out
 
 
@@ -109,7 +110,7 @@ class RunLog:
         Strings (such as a first error's message) go to metrics.jsonl as they are;
         TensorBoard gets the finite numbers only.
         """
-        record = {"step": step, **{k: _finite(v) for k, v in values.items()}}
+        record: dict[str, object] = {"step": step, **{k: _finite(v) for k, v in values.items()}}
         if health:
             record["health"] = list(health)
         with open(self.directory / "metrics.jsonl", "a") as f:
@@ -158,7 +159,7 @@ def truncate_logs(directory: Path, step: int) -> None:
         if not path.is_file():
             continue
         kept = [line for line in path.read_text().splitlines(keepends=True)
-                if _step_of(line) is not None and _step_of(line) <= step]  # fmt: skip
+                if (at := _step_of(line)) is not None and at <= step]  # fmt: skip
         staging = path.with_name(f".{name}.tmp")
         staging.write_text("".join(kept))
         staging.replace(path)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentgym import records
 from agentgym.config import Config
 from agentgym.eval.console import Stages, print_report
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids, task_result
@@ -30,20 +31,20 @@ from agentgym.policy.factory import engine_folder, make_policy
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
 from agentgym.policy.vllm import require_vllm
+from agentgym.records import CheckpointState
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.episodes import TaskSpec
 from agentgym.rollout.sampler import Sampler
 from agentgym.run.checkpoint import (
     BEST,
     latest_checkpoint,
-    read_state,
     read_trainer,
     save_best,
     save_checkpoint,
 )
 from agentgym.run.health import check_health
 from agentgym.run.interrupt import StopRequest, TrainingError
-from agentgym.run.resume import RunState, learner_for, load_trainable
+from agentgym.run.resume import RunState, learner_for, load_trainable, resume_state
 from agentgym.run.runlog import RunLog, truncate_logs
 from agentgym.run.sft import warm_up
 from agentgym.scale import dist, fsdp_sync
@@ -52,13 +53,13 @@ from agentgym.scale.samplers import make_sampler, sampler_envs
 from agentgym.types import Trajectory
 
 EVAL_METRICS = {
-    "correctness": "correctness_strict",
-    "correctness_lenient": "correctness_lenient",
-    "format_accuracy": "format_accuracy",
-    "reward_mean": "reward_mean",
-    "tool_error_rate": "tool_error_rate",
+    records.EVAL_CORRECTNESS: "correctness_strict",
+    records.EVAL_LENIENT: "correctness_lenient",
+    records.EVAL_FORMAT: "format_accuracy",
+    records.EVAL_REWARD: "reward_mean",
+    records.EVAL_TOOL_ERRORS: "tool_error_rate",
 }
-"""The held-out figures logged during training, as eval/<key>."""
+"""The held-out figures logged during training: step metric -> greedy summary figure."""
 
 
 def seed_everything(seed: int) -> None:
@@ -91,7 +92,7 @@ class Run:
     what it holds. Made by `Run.begin`; `open` adds what needs the model; `close` frees all."""
 
     config: Config
-    state: dict[str, Any] | None
+    state: CheckpointState | None
     """The checkpoint's state when resuming, else None."""
     reward_fns: RewardFunctions
     out: Path
@@ -111,14 +112,15 @@ class Run:
     def begin(cls, config: Config, resume: Path | None) -> Run:
         """Reads the checkpoint, loads the reward functions (one that cannot load fails
         here), checks Ray and vLLM are there, before any model loads; then seeds."""
-        state = read_state(resume) if resume is not None else None
+        state = resume_state(resume) if resume is not None else None
         reward_fns = RewardFunctions(config.rewards)
         if config.distributed.backend == "ray":
             require_ray()
         if config.policy.backend == "vllm":
             require_vllm(config)
         seed_everything(config.run.seed)
-        start_model = state["start_model"] if state else config.model.name
+        start_model = state.start_model if state else config.model.name
+        assert config.run.output is not None  # the CLI names the run's folder first
         return cls(config, state, reward_fns, Path(config.run.output), start_model)
 
     def open(self, tokenizer) -> None:
@@ -126,8 +128,8 @@ class Run:
         held-out sets, and the evaluations a resumed run already made."""
         run, ev = self.config.run, self.config.eval
         if self.state is not None:
-            truncate_logs(self.out, self.state["step"])
-        purge = self.state["step"] + 1 if self.state else None
+            truncate_logs(self.out, self.state.step)
+        purge = self.state.step + 1 if self.state else None
         self.log = RunLog(self.out, tensorboard=run.tensorboard, purge_step=purge)
         self.envs = sampler_envs(self.config)
         self.selection = self._held_out(tokenizer, ev.tasks, 0) if ev.every else None
@@ -135,7 +137,7 @@ class Run:
             self.report_set = self.start_set = self._held_out(tokenizer, ev.report_tasks, ev.tasks)
             if ev.start_n is not None and ev.start_n != ev.n:
                 self.start_set = self._held_out(tokenizer, ev.report_tasks, ev.tasks, ev.start_n)
-        evals = (self.state or {}).get("evals", {})
+        evals = self.state.evals if self.state else {}
         self.results = {k: [task_result(r) for r in v] for k, v in evals.items()}
 
     def _held_out(self, tokenizer, count: int, start: int, n: int | None = None) -> HeldOut:
@@ -160,6 +162,7 @@ class Run:
     def start_sampler(self, tokenizer, learner: Learner) -> Sampler:
         """The sampler; Ray workers load the model GRPO starts from, then the learner's
         weights now."""
+        assert self.policy is not None  # `build_learner` made it
         self.sampler = make_sampler(self.config, self.envs, self.policy, tokenizer,
                                     self.start_model, learner.named_weights)  # fmt: skip
         return self.sampler
@@ -227,6 +230,7 @@ def say_stopped(stages: Stages, stop: StopRequest, step: int, folder: Path) -> N
 
 def closing_report(rs: RunState, policy: Policy, report_set: HeldOut, stages: Stages) -> None:
     """Evaluates the best checkpoint (or the last weights) and writes the closing table."""
+    assert rs.config.run.output is not None  # the CLI names the run's folder first
     config, results, out = rs.config, rs.results, Path(rs.config.run.output)
     name = "grpo"
     if rs.progress.best_step is not None:
@@ -250,17 +254,19 @@ def follow(config: Config, resume: Path | None) -> Path:
     """A rank other than 0: builds its learner when rank 0 builds its own (rank 0's
     weights are copied in), then steps it on the batches rank 0 shares. Writes nothing."""
     seed_everything(config.run.seed)
-    state = read_state(resume) if resume is not None else None
-    start_model = state["start_model"] if state else config.model.name
+    state = resume_state(resume) if resume is not None else None
+    start_model = state.start_model if state else config.model.name
 
     def build() -> Learner:
         model, _ = load_model_and_tokenizer(start_model)
-        learner = learner_for(config, model.to(dist.device()), start_model, resume)
+        # transformers wraps Module.to with functools.wraps, whose type wants self first
+        learner = learner_for(config, model.to(dist.device()), start_model, resume)  # type: ignore[arg-type]
         if resume is not None:
             learner.load_state_dict(read_trainer(resume)["learner"])
         return learner
 
     dist.follow(build)
+    assert config.run.output is not None  # the CLI names the run's folder first
     return Path(config.run.output)
 
 
@@ -271,24 +277,26 @@ def record_step(rs: RunState, run: Run, stages: Stages, step: int,
     a row end the run with TrainingError."""
     config, p = rs.config, rs.progress
     ev, max_skips = config.eval, config.run.max_skipped_steps
-    skipped = metrics.get("skipped", 0.0) > 0
+    assert config.run.output is not None and run.log is not None  # set before the first step
+    skipped = metrics.get(records.SKIPPED, 0.0) > 0
     p.skipped_steps += skipped
     p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0
-    metrics["train/skipped_steps"] = float(p.skipped_steps)
+    metrics[records.SKIPPED_STEPS] = float(p.skipped_steps)
     if run.selection is not None and (step % ev.every == 0 or step == config.run.steps):
+        assert run.policy is not None  # `build_learner` made it
         figures = summarize(evaluate(run.selection, run.policy, stages, f"eval step {step}",
                                      config.run.seed))  # fmt: skip
-        metrics.update({f"eval/{k}": figures["greedy"][v] for k, v in EVAL_METRICS.items()})
+        metrics.update({key: figures["greedy"][v] for key, v in EVAL_METRICS.items()})
         if "sampled" in figures:
-            metrics["eval/pass@1"] = figures["sampled"]["pass@1"]
+            metrics[records.EVAL_PASS_AT_1] = figures["sampled"]["pass@1"]
     p.history.append({"step": step, **metrics})
     warnings = check_health(p.history, beta=config.grpo.beta)
     for w in warnings:
         stages.print(f"[yellow]health[/yellow] step {step}: {w.kind}: {w.message}")
     run.log.metrics(step, metrics, health=[w.kind for w in warnings])
     run.log.completions(step, trajectories, config.run.log_completions)
-    select = "eval/pass@1" if ev.n else "eval/correctness"
-    if "eval/correctness" in metrics and best_step(p.history, select) == step:
+    select = records.EVAL_PASS_AT_1 if ev.n else records.EVAL_CORRECTNESS
+    if records.EVAL_CORRECTNESS in metrics and best_step(p.history, select) == step:
         p.best_step = step
         save_best(config.run.output, step, rs.model, rs.tokenizer, config)
     if p.consecutive_skips >= max_skips:

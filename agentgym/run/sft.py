@@ -13,22 +13,24 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
+from transformers import PreTrainedModel
 
 from agentgym.config import Config
-from agentgym.env.core import make_env
+from agentgym.env.core import AgentEnv, make_env
 from agentgym.learn.logprobs import Prefix, backward_micro_batches, token_logprobs
 from agentgym.learn.lora import wrap_lora
-from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.base import Generation, PolicyBase, SamplingParams
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout.episodes import TaskSpec, collect
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.types import Batch, Trajectory
 
 
-class ScriptPolicy:
+class ScriptPolicy(PolicyBase):
     """Plays fixed assistant turns, one per `generate` call, for a single episode."""
 
     def __init__(self, tokenizer, turns: list[str]):
@@ -54,8 +56,10 @@ def demonstrations(config: Config, tokenizer, count: int, seed: int) -> list[Tra
         out = []
         for s in np.random.default_rng(seed).integers(0, 2**31 - 1, size=count):
             env.reset(seed=int(s))
-            task = env.unwrapped.task
-            policy = ScriptPolicy(tokenizer, env.unwrapped.demonstration(task))
+            agent = cast(AgentEnv, env.unwrapped)  # make_env made an agent environment
+            task = agent.task
+            assert task is not None  # reset() loaded it
+            policy = ScriptPolicy(tokenizer, agent.demonstration(task))
             spec = TaskSpec(task_id=task.task_id)
             out += collect([env], [spec], 1, policy, tokenizer, SamplingParams(max_new_tokens=1))
         return out
@@ -69,7 +73,8 @@ def sft_loss(model, batch: Batch, prefix: Prefix | None = None) -> torch.Tensor:
     return -(logp * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
 
 
-def warm_up(model, tokenizer, config: Config, advance=lambda: None) -> tuple[object, list[dict]]:
+def warm_up(model, tokenizer, config: Config, advance=lambda: None
+            ) -> tuple[PreTrainedModel, list[dict[str, float]]]:  # fmt: skip
     """Runs `config.sft.steps` SFT steps on demonstrations; returns (model, step records).
 
     With LoRA on, the adapters are trained and then merged into the weights, so
@@ -115,6 +120,7 @@ def sft(config: Config) -> Path:
     The checkpoint holds the whole model (LoRA adapters merged), so `--model`
     takes it like any other model folder.
     """
+    assert config.run.output is not None  # the CLI names the run's folder first
     out = Path(config.run.output)
     torch.manual_seed(config.run.seed)
     model, tokenizer = load_model_and_tokenizer(config.model.name)

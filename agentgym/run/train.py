@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agentgym import records
 from agentgym.config import Config
 from agentgym.eval.console import Stages
 from agentgym.eval.plots import training_curves
@@ -77,23 +78,23 @@ def train_step(config: Config, rng: np.random.Generator, envs: list, policy: Pol
                                        scorable=scorable)  # fmt: skip
     with policy.released():
         stats = learner_steps(config, learner, trajectories, rewards, advantages, tokenizer, beta)
-    synced = {}
+    synced: dict[str, float | str] = {}
     if policy.model is not learner.model:
         sync_start = time.perf_counter()
         policy.load_weights(dist.share_weights(learner))
-        synced["rollout/weight_sync_seconds"] = time.perf_counter() - sync_start
+        synced[records.WEIGHT_SYNC_SECONDS] = time.perf_counter() - sync_start
     synced |= sampler.load_weights(lambda: learner.named_weights(), version + 1)
     seconds = time.perf_counter() - start
     trained_tokens = sum(sum(t.loss_mask) for t in trajectories)
     metrics: dict[str, float | str] = {
         **rollout_metrics(trajectories), **failure_metrics(trajectories), **stats,
-        "beta": learner.beta,
-        "zero_variance_groups": grpo.zero_variance_fraction(rewards, g.group_size),
-        "step_seconds": seconds, "rollout_seconds": rollout_seconds,
-        "tokens_per_second": trained_tokens / seconds, **synced,
+        records.BETA: learner.beta,
+        records.ZERO_VARIANCE: grpo.zero_variance_fraction(rewards, g.group_size),
+        records.STEP_SECONDS: seconds, records.ROLLOUT_SECONDS: rollout_seconds,
+        records.TOKENS_PER_SECOND: trained_tokens / seconds, **synced,
     }  # fmt: skip
     if g.length_penalty:
-        metrics["reward/penalised_mean"] = float(rewards.nanmean())
+        metrics[records.REWARD_PENALISED] = float(rewards.nanmean())
     return trajectories, metrics
 
 
@@ -116,7 +117,7 @@ def learner_steps(config: Config, learner: Learner, trajectories: list[Trajector
         flat = torch.tensor([grpo.zero_variance_fraction(group, g.group_size) == 1.0
                              for group in rewards.split(g.group_size)])  # fmt: skip
         keep = ~flat.repeat_interleave(g.group_size)
-        stats["dropped_groups"] = float(flat.sum())
+        stats[records.DROPPED_GROUPS] = float(flat.sum())
     if not keep.any():
         return stats
     kept = [t for t, k in zip(trajectories, keep.tolist(), strict=True) if k]
@@ -169,7 +170,8 @@ def _lead(config: Config, resume: Path | None) -> Path:
     run = Run.begin(config, resume)
     try:
         model, tokenizer = load_model_and_tokenizer(run.start_model)
-        model = model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        # transformers wraps Module.to with functools.wraps, whose type wants self first
+        model = model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))  # type: ignore[arg-type]
         run.open(tokenizer)
         with Stages() as stages, StopRequest(stages.print) as stop:
             if run.state is None:
@@ -183,9 +185,11 @@ def _lead(config: Config, resume: Path | None) -> Path:
                 run.results["sft"] = evaluate(run.report_set, HFPolicy(model, tokenizer), stages,
                                               "eval sft", config.run.seed)  # fmt: skip
             learner, whole = run.build_learner(model, tokenizer, resume)
+            assert run.policy is not None  # build_learner made it
             rng = np.random.default_rng(config.run.seed)
             progress = Progress()
             if run.state is not None:
+                assert resume is not None  # the state was read from it
                 progress = restore(run.state, resume, learner, rng)
             if run.state is not None or whole is not None:
                 run.policy.load_weights(dist.share_weights(learner))
@@ -212,6 +216,7 @@ def _grpo(rs: RunState, run: Run, sampler: Sampler, stages: Stages, stop: StopRe
     of them in a row stop the run with TrainingError.
     """
     config, p = rs.config, rs.progress
+    assert run.policy is not None  # build_learner made it
     task = stages.stage("grpo", config.run.steps)
     stages.advance(task, p.step)
     while p.step < config.run.steps:
@@ -236,12 +241,14 @@ def _grpo(rs: RunState, run: Run, sampler: Sampler, stages: Stages, stop: StopRe
         stopping, folder = stop.requested is not None, None
         if step % config.run.save_every == 0 or step == config.run.steps or halt or stopping:
             folder = rs.save(step)
-        note = f"reward {metrics['reward/mean']:+.3f}  {metrics['step_seconds']:.1f}s/step"
-        if "eval/correctness" in metrics:
-            note += f"  held-out {metrics['eval/correctness']:.3f}"
+        note = f"reward {metrics[records.REWARD_MEAN]:+.3f}  "
+        note += f"{metrics[records.STEP_SECONDS]:.1f}s/step"
+        if records.EVAL_CORRECTNESS in metrics:
+            note += f"  held-out {metrics[records.EVAL_CORRECTNESS]:.3f}"
         stages.advance(task)
         stages.note(task, f"step {step}: {note}")
         if stopping:
+            assert folder is not None  # saved above
             say_stopped(stages, stop, step, folder)
             return False
         if halt:

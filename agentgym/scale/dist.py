@@ -128,7 +128,8 @@ def follow(make: Callable[[], Learner]) -> int:
     learner, steps = None, 0
     with _ignoring_signals():
         while True:
-            kind, batch, beta = broadcast_object(("", None, None))
+            message: tuple[str, Any, Any] = broadcast_object(("", None, None))
+            kind, batch, beta = message
             if kind == "stop":
                 return steps
             if kind == "build":

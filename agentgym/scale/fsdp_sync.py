@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 
 import torch
+from transformers import PreTrainedModel
 
 from agentgym.config import Config, ConfigError
 from agentgym.learn.lora import wrap_lora
@@ -50,7 +51,7 @@ def sharded(config: Config) -> bool:
     return dist.active() and config.distributed.learner == "fsdp"
 
 
-def unsharded_copy(model: torch.nn.Module, config: Config) -> torch.nn.Module:
+def unsharded_copy(model: PreTrainedModel, config: Config) -> PreTrainedModel:
     """A whole copy of `model`, taken before the learner shards it, shaped as the learner
     holds it (LoRA adapters of the same names) and in the same mode (train).
 

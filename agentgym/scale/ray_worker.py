@@ -51,7 +51,8 @@ class RolloutWorker:
             self.policy, self.tokenizer = _vllm_policy(config, model_name)
         else:
             model, self.tokenizer = load_model_and_tokenizer(model_name)
-            model = model.to(self.device)
+            # transformers wraps Module.to with functools.wraps, whose type wants self first
+            model = model.to(self.device)  # type: ignore[arg-type]
             if config.lora.enabled:  # the learner's adapter names, so its weights load by name
                 model = wrap_lora(model, config)
             self.policy = HFPolicy(model, self.tokenizer)

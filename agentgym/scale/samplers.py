@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
+from agentgym import records
 from agentgym.config import Config
 from agentgym.env.core import make_env
 from agentgym.policy.base import Policy, SamplingParams
@@ -49,9 +50,9 @@ class RaySampler:
         seconds = self.rollout.load_weights(weights())
         self.version = version
         return {
-            "rollout/sync_seconds": seconds,
-            "rollout/worker_restarts": float(self.rollout.restarts),
-            "rollout/sync_path": self.rollout.sync_path,  # distributed.weight_sync's, or fallback
+            records.SYNC_SECONDS: seconds,
+            records.WORKER_RESTARTS: float(self.rollout.restarts),
+            records.SYNC_PATH: self.rollout.sync_path,  # distributed.weight_sync's, or fallback
         }
 
     def close(self) -> None:

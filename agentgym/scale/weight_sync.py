@@ -27,8 +27,12 @@ import datetime
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroupGloo, ProcessGroupNCCL
 
 GROUP_TIMEOUT_S = 120.0
 """How long one step of the group (forming it, one bucket's broadcast) may wait for a member."""
@@ -109,8 +113,10 @@ class SyncGroup:
         self.address, self.rank = address, rank
         if store is None:
             store = TCPStore(address.host, address.port, is_master=False, timeout=_timeout())
-        self._store = store  # rank 0's serves the group: it must live as long as the group
+        # rank 0's serves the group: it must live as long as the group
+        self._store: torch.distributed.Store | None = store
         prefixed = PrefixStore(f"agentgym-sync-{address.generation}", store)
+        self._pg: ProcessGroupNCCL | ProcessGroupGloo | None
         if address.backend == "nccl":
             from torch.distributed import ProcessGroupNCCL
 
@@ -122,10 +128,11 @@ class SyncGroup:
             from torch.distributed import ProcessGroupGloo
 
             iface = os.environ.get("GLOO_SOCKET_IFNAME")
-            device = (ProcessGroupGloo.create_device(interface=iface) if iface
-                      else ProcessGroupGloo.create_device(hostname=local_host))  # fmt: skip
-            options = ProcessGroupGloo._Options()
-            options._devices = [device]
+            gloo_device = (ProcessGroupGloo.create_device(interface=iface) if iface
+                           else ProcessGroupGloo.create_device(hostname=local_host))  # fmt: skip
+            # torch's stubs do not declare gloo's options class
+            options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+            options._devices = [gloo_device]
             options._timeout = _timeout()
             self._pg = ProcessGroupGloo(prefixed, rank, address.world_size, options)
             self.device = torch.device("cpu")
@@ -156,7 +163,8 @@ class SyncGroup:
         options.rootRank, options.rootTensor = 0, 0
         if self._pg is None:
             raise RuntimeError("this weight-sync group was aborted")
-        self._pg.broadcast([flat], options).wait()
+        # torch's stubs declare no collectives on a backend; every process group has them
+        self._pg.broadcast([flat], options).wait()  # type: ignore[union-attr]
 
     def abort(self) -> None:
         """Leaves the group at once: the other members' pending broadcasts fail, not wait.

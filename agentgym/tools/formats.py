@@ -37,7 +37,8 @@ from agentgym.types import Message, ToolCall
 class Tool(Protocol):
     """What a format needs of a tool (`agentgym.tools.Tool` is one): its name and schema."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def schema(self) -> dict[str, Any]: ...
 

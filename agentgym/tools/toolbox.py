@@ -309,6 +309,7 @@ class ToolBox:
             return self._error("", ToolErrorKind.MISSING_NAME, "the tool call has no tool name")
         if name not in self.tools:
             return self._error(name, ToolErrorKind.UNKNOWN_TOOL, self._unknown(name))
+        assert call is not None  # a missing call has no name
         tool_, raw = self.tools[name], call.arguments
         if not isinstance(raw, Mapping):
             kind = ToolErrorKind.ARGUMENTS_NOT_OBJECT

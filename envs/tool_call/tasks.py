@@ -102,7 +102,9 @@ class _Facts:
 def _facts(seed: int) -> _Facts:
     data = shop_data(seed)
     price = {p[0]: p[3] for p in data.products}
-    orders, cents, quantity = Counter(), Counter(), Counter()
+    orders: Counter[tuple[int, int]] = Counter()
+    cents: Counter[tuple[int, int]] = Counter()
+    quantity: Counter[int] = Counter()
     bought = defaultdict(set)
     for _, customer, product, qty, day in data.orders:
         key = (customer, int(day[:4]))

@@ -1,0 +1,198 @@
+"""Records that cross stages: a step's metrics, declared once, and a checkpoint's state.
+
+Every metric a GRPO step logs is declared here, once, with what it means:
+its key (as metrics.jsonl and TensorBoard name it), whether it is a timing
+(which varies from run to run, so reproducibility checks leave it out), and
+the `curves.png` panel it is drawn on. Producers (the rollout's figures, the
+learner, the loop) write their values under these names; the health checks,
+the curves and the docs read the declarations. Adding a metric is one
+`declare` here and the line that computes it.
+
+`CheckpointState` is `state.json` of a training checkpoint: what the loop needs
+to go on exactly where it stopped. Imports nothing of agentgym.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of a training step."""
+
+    key: str
+    description: str
+    timing: bool = False
+    """Wall-clock figures differ between two runs of the same seed."""
+    panel: str | None = None
+    """The title of the `curves.png` panel it is drawn on, if any."""
+
+
+STEP_METRICS: dict[str, Metric] = {}
+"""Every declared step metric, by key, in declaration order."""
+
+
+def declare(key: str, description: str, *, timing: bool = False, panel: str | None = None) -> str:
+    """Adds a metric to `STEP_METRICS`; returns its key (a name for producers to write)."""
+    if key in STEP_METRICS:
+        raise ValueError(f"metric {key!r} is declared twice")
+    STEP_METRICS[key] = Metric(key, description, timing, panel)
+    return key
+
+
+REWARD_PANEL, CORRECT_PANEL = "reward (mean ± std)", "correctness (train, held-out)"
+KL_PANEL, ENTROPY_PANEL, LENGTH_PANEL = (
+    "KL to the reference",
+    "entropy",
+    "completion length (tokens)",
+)
+PANELS = (REWARD_PANEL, CORRECT_PANEL, KL_PANEL, ENTROPY_PANEL, LENGTH_PANEL)
+"""`curves.png`'s panels, left to right."""
+
+# -- the rollout's figures (the seed tutorial's section 7) --
+REWARD_MEAN = declare("reward/mean", "Mean reward of the scorable episodes.", panel=REWARD_PANEL)
+REWARD_STD = declare("reward/std", "Their population standard deviation (the panel's band).")
+REWARD_MAX = declare("reward/max", "Their highest reward.")
+REWARD_MIN = declare("reward/min", "Their lowest reward.")
+FORMAT_ACCURACY = declare("format_accuracy", "Share with a positive 'format' reward part.")
+CORRECTNESS_RATE = declare(
+    "correctness_rate", "Share whose 'correctness' part reached 1.0.", panel=CORRECT_PANEL
+)
+COMPLETION_LENGTH = declare(
+    "avg_completion_length",
+    "Mean tokens the policy sampled per episode.",
+    panel=LENGTH_PANEL,
+)
+TRUNCATED_FRACTION = declare("truncated_fraction", "Share cut at the turn or token budget.")
+REWARD_FAILED = declare("reward/failed", "Episodes whose reward is not a verified outcome.")
+ENV_ERRORS = declare("env/errors", "Episodes that env.step ended by raising.")
+REWARD_FIRST_ERROR = declare("reward/first_error", "The first such reward's message.")
+ENV_FIRST_ERROR = declare("env/first_error", "The first such exception.")
+TOOL_CALLS = declare("tools/calls_per_episode", "Tool calls per episode.")
+TOOL_ERROR_RATE = declare("tools/error_rate", "Failed tool calls per call.")
+TOOL_ERRORS_PREFIX = "tools/error_rate/"
+"""Failed calls per call of one kind: tools/error_rate/<kind> (unknown_tool, ...)."""
+REWARD_PENALISED = declare("reward/penalised_mean", "Mean reward after grpo.length_penalty.")
+ZERO_VARIANCE = declare("zero_variance_groups", "Share of groups whose rewards were all equal.")
+DROPPED_GROUPS = declare("dropped_groups", "Groups left out (grpo.drop_zero_variance_groups).")
+
+# -- the learner --
+LOSS = declare("loss/policy", "The clipped surrogate plus beta x KL, as the loss option sums it.")
+KL = declare("kl", "The k3 (or chosen) estimate of KL to the reference.", panel=KL_PANEL)
+CLIP_FRACTION = declare("clip_fraction", "Share of trained tokens whose ratio was clipped.")
+ENTROPY = declare(
+    "entropy", "Mean entropy of the policy on the trained tokens.", panel=ENTROPY_PANEL
+)
+GRAD_NORM = declare("grad_norm", "Gradient norm before clipping.")
+LR = declare("lr", "The learning rate of the step.")
+SKIPPED = declare("skipped", "1 when the update was skipped (a non-finite loss or gradient).")
+BETA = declare("beta", "The KL coefficient of the step (grpo.beta's schedule).")
+LOGPROB_DIFF_MAX = declare("rollout/logprob_diff_max", "Largest |learner - sampler| logprob.")
+IS_RATIO_MEAN = declare("rollout/is_ratio_mean", "Mean truncated importance weight (vLLM).")
+IS_TRUNCATED = declare("rollout/is_truncated_fraction", "Share of weights cut at grpo.tis_cap.")
+SKIPPED_STEPS = declare("train/skipped_steps", "Skipped updates so far in the run.")
+
+# -- the weight sync --
+WEIGHT_SYNC_SECONDS = declare(
+    "rollout/weight_sync_seconds", "Copying weights into the run's policy.", timing=True
+)
+SYNC_SECONDS = declare("rollout/sync_seconds", "Sending weights to the Ray workers.", timing=True)
+WORKER_RESTARTS = declare("rollout/worker_restarts", "Ray worker restarts so far.")
+SYNC_PATH = declare("rollout/sync_path", "How the last sync went (object_store, collective).")
+
+# -- time --
+STEP_SECONDS = declare("step_seconds", "Wall-clock seconds of the step.", timing=True)
+ROLLOUT_SECONDS = declare("rollout_seconds", "Of which playing the episodes.", timing=True)
+TOKENS_PER_SECOND = declare("tokens_per_second", "Trained tokens per second.", timing=True)
+
+# -- held-out evaluations, on the steps they run --
+EVAL_CORRECTNESS = declare(
+    "eval/correctness", "Held-out greedy correctness (strict).", panel=CORRECT_PANEL
+)
+EVAL_PASS_AT_1 = declare("eval/pass@1", "Held-out sampled pass@1.", panel=CORRECT_PANEL)
+EVAL_LENIENT = declare("eval/correctness_lenient", "Held-out greedy correctness (lenient).")
+EVAL_FORMAT = declare("eval/format_accuracy", "Held-out greedy format accuracy.")
+EVAL_REWARD = declare("eval/reward_mean", "Held-out greedy mean reward.")
+EVAL_TOOL_ERRORS = declare("eval/tool_error_rate", "Held-out greedy tool error rate.")
+
+TIMING = frozenset(key for key, metric in STEP_METRICS.items() if metric.timing)
+"""The step metrics that differ between two runs of the same seed."""
+
+
+def panels() -> list[tuple[tuple[str, ...], str]]:
+    """`curves.png`'s panels: (keys in declaration order, title), in `PANELS` order."""
+    found: dict[str, list[str]] = {title: [] for title in PANELS}
+    for metric in STEP_METRICS.values():
+        if metric.panel is not None:
+            found[metric.panel].append(metric.key)
+    return [(tuple(keys), title) for title, keys in found.items()]
+
+
+@dataclass
+class CheckpointState:
+    """`state.json` of a training checkpoint: where the GRPO loop stands.
+
+    `history` is the metrics of every step so far; `rng` the Python, NumPy
+    and run generators' states; `evals` the held-out results so far, by stage.
+    """
+
+    step: int
+    start_model: str | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_step: int | None = None
+    skipped_steps: int = 0
+    consecutive_skips: int = 0
+    rng: dict[str, Any] = field(default_factory=dict)
+    evals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object, with the keys in the order state.json has always had."""
+        return {
+            "step": self.step,
+            "start_model": self.start_model,
+            "history": self.history,
+            "best_step": self.best_step,
+            "skipped_steps": self.skipped_steps,
+            "consecutive_skips": self.consecutive_skips,
+            "rng": self.rng,
+            "evals": self.evals,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CheckpointState:
+        """Reads a training checkpoint's state.json (KeyError names a missing field)."""
+        return cls(
+            step=data["step"],
+            start_model=data["start_model"],
+            history=data["history"],
+            best_step=data["best_step"],
+            skipped_steps=data["skipped_steps"],
+            consecutive_skips=data["consecutive_skips"],
+            rng=data["rng"],
+            evals=data.get("evals", {}),
+        )
+
+
+def metrics_markdown() -> str:
+    """docs/metrics.md: every step metric, from its declaration."""
+    lines = [
+        "<!-- generated by `python -m agentgym.records`: edit agentgym/records.py -->",
+        "# The metrics of a training step",
+        "",
+        "One row of `metrics.jsonl` (and one TensorBoard scalar each) per GRPO step. Timings",
+        "differ between two runs of the same seed; everything else is reproducible.",
+        "",
+        "| key | meaning | timing | curves.png panel |",
+        "| --- | --- | --- | --- |",
+    ]
+    for m in STEP_METRICS.values():
+        timing = "yes" if m.timing else ""
+        lines.append(f"| `{m.key}` | {m.description} | {timing} | {m.panel or ''} |")
+    lines.append(f"| `{TOOL_ERRORS_PREFIX}<kind>` | Failed tool calls of that kind per call. | | |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(metrics_markdown(), end="")
