@@ -41,6 +41,7 @@ EXCEPTIONS = {
         "GRPOConfig checks `loss` against the loss registry, which users extend at run time",
 }  # fmt: skip
 MAX_FILE_LINES, MAX_FUNCTION_LINES, MAX_README_BYTES = 450, 60, 12 * 1024
+LOOP, MAX_LOOP_LINES = ROOT / "agentgym" / "run" / "train.py", 250
 
 
 def _modules() -> dict[str, Path]:
@@ -173,6 +174,10 @@ def test_files_and_functions_are_short():
                         f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {size}"
                     )
     assert long_files == [] and long_functions == []
+
+
+def test_the_training_loop_reads_in_one_sitting():
+    assert len(LOOP.read_text().splitlines()) <= MAX_LOOP_LINES
 
 
 def test_the_readme_is_short():

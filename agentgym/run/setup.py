@@ -183,6 +183,21 @@ class Run:
                 held.close()
 
 
+def on_device(model: Any) -> Any:
+    """`model` on the GPU when there is one, else as it is (on the CPU)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # transformers wraps Module.to with functools.wraps, whose type wants self first
+    return model.to(device)
+
+
+def owed_sft_evaluation(run: Run, model: Any, tokenizer: Any, stages: Stages) -> None:
+    """A resumed run that stopped after SFT, before SFT's evaluation, evaluates it now."""
+    config = run.config
+    if run.report_set is not None and config.sft.warmup and "sft" not in run.results:
+        policy = HFPolicy(model, tokenizer)
+        run.results["sft"] = evaluate(run.report_set, policy, stages, "eval sft", config.run.seed)
+
+
 def evaluate(held_out: HeldOut, policy: Policy, stages: Stages, name: str, seed: int
              ) -> list[TaskResult]:  # fmt: skip
     """Plays `held_out` with `policy` under a progress bar named `name`; its results."""

@@ -21,24 +21,14 @@ from agentgym.eval.plots import training_curves
 from agentgym.learn import grpo
 from agentgym.learn.learner import Learner
 from agentgym.policy.base import Policy, as_policy
-from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.sampler import InProcessSampler, Sampler
+from agentgym.run import setup
 from agentgym.run.interrupt import StopRequest
 from agentgym.run.resume import Progress, RunState, restore
 from agentgym.run.runlog import failure_metrics, rollout_metrics
-from agentgym.run.setup import (
-    Run,
-    before_grpo,
-    closing_report,
-    evaluate,
-    follow,
-    record_step,  # fmt: skip
-    sampling_params,
-    say_stopped,
-    task_specs,
-)
+from agentgym.run.setup import Run
 from agentgym.scale import dist, fsdp_sync
 from agentgym.types import Batch, Trajectory
 
@@ -62,7 +52,8 @@ def train_step(config: Config, rng: np.random.Generator, envs: list, policy: Pol
     g, policy = config.grpo, as_policy(policy)
     sampler = sampler or InProcessSampler(envs, policy, tokenizer)
     start = time.perf_counter()
-    sampler.submit(task_specs(rng, g.tasks_per_step), g.group_size, sampling_params(config, rng),
+    specs = setup.task_specs(rng, g.tasks_per_step)  # the tasks first, then the sampling seed
+    sampler.submit(specs, g.group_size, setup.sampling_params(config, rng),
                    max_tokens=config.sampling.max_episode_tokens)  # fmt: skip
     trajectories = sampler.poll()
     if reward_fns is not None:
@@ -136,16 +127,13 @@ def learner_steps(config: Config, learner: Learner, trajectories: list[Trajector
 def train(config: Config, resume: Path | None = None) -> Path:
     """Runs the configured pipeline; returns the run directory.
 
-    Stages, each optional but GRPO: held-out evaluation of the starting model,
-    the SFT warm-up (`sft.warmup`) and its evaluation, `run.steps` GRPO steps
-    with a held-out evaluation every `eval.every` steps (keeping
-    `checkpoint-best`), then the best checkpoint's evaluation and the closing
-    table (`eval.report_tasks`), and `curves.png`.
-
-    `resume` is a checkpoint folder written by an earlier run of this config:
-    the run goes on from its step exactly as if it had never stopped. SIGTERM or
-    SIGINT stops the run after the current step with a checkpoint (a second
-    SIGINT stops at once).
+    Stages, each optional but GRPO: held-out evaluation of the starting model, the SFT
+    warm-up (`sft.warmup`) and its evaluation, `run.steps` GRPO steps with a held-out
+    evaluation every `eval.every` steps (keeping `checkpoint-best`), then the best
+    checkpoint's evaluation, the closing table (`eval.report_tasks`) and `curves.png`.
+    `resume` is a checkpoint folder of an earlier run of this config: the run goes on
+    from its step as if it had never stopped. SIGTERM or SIGINT stops the run after
+    the current step with a checkpoint (a second SIGINT stops at once).
 
     Under `torchrun --nproc-per-node N -m agentgym train ...` rank 0 runs all of
     this and writes every file; the other ranks hold copies of the learner (or,
@@ -156,7 +144,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
     joined = dist.init()
     try:
         if not dist.is_main():
-            return follow(config, resume)
+            return setup.follow(config, resume)
         out = _lead(config, resume)
         dist.release_followers()
         return out
@@ -170,20 +158,17 @@ def _lead(config: Config, resume: Path | None) -> Path:
     run = Run.begin(config, resume)
     try:
         model, tokenizer = load_model_and_tokenizer(run.start_model)
-        # transformers wraps Module.to with functools.wraps, whose type wants self first
-        model = model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))  # type: ignore[arg-type]
+        model = setup.on_device(model)
         run.open(tokenizer)
         with Stages() as stages, StopRequest(stages.print) as stop:
             if run.state is None:
-                model = before_grpo(run, model, tokenizer, stages, stop)
+                model = setup.before_grpo(run, model, tokenizer, stages, stop)
                 if model is None:
                     stages.print(f"stopped on {stop.requested} before training began: nothing "
                                  "to resume; run the command again")  # fmt: skip
                     return run.out
-            elif run.report_set is not None and config.sft.warmup and "sft" not in run.results:
-                # stopped after SFT, before its evaluation: evaluate the SFT model now
-                run.results["sft"] = evaluate(run.report_set, HFPolicy(model, tokenizer), stages,
-                                              "eval sft", config.run.seed)  # fmt: skip
+            else:  # stopped after SFT, before its evaluation: evaluate the SFT model now
+                setup.owed_sft_evaluation(run, model, tokenizer, stages)
             learner, whole = run.build_learner(model, tokenizer, resume)
             assert run.policy is not None  # build_learner made it
             rng = np.random.default_rng(config.run.seed)
@@ -196,14 +181,14 @@ def _lead(config: Config, resume: Path | None) -> Path:
             rs = RunState(config, learner, tokenizer, rng, progress, run.results, run.start_model,
                           unsharded=whole)  # fmt: skip
             if stop.requested and run.state is None:  # SFT done, GRPO not begun: step 0
-                say_stopped(stages, stop, 0, rs.save(0))
+                setup.say_stopped(stages, stop, 0, rs.save(0))
                 return run.out
             if not _grpo(rs, run, run.start_sampler(tokenizer, learner), stages, stop):
                 return run.out
             if progress.history:
                 training_curves(progress.history, run.out / "curves.png")
             if run.report_set is not None:
-                closing_report(rs, run.policy, run.report_set, stages)
+                setup.closing_report(rs, run.policy, run.report_set, stages)
     finally:
         run.close()
     return run.out
@@ -234,7 +219,7 @@ def _grpo(rs: RunState, run: Run, sampler: Sampler, stages: Stages, stop: StopRe
             sampler,
             version=step - 1,
         )
-        warnings = record_step(rs, run, stages, step, trajectories, metrics)
+        warnings = setup.record_step(rs, run, stages, step, trajectories, metrics)
         halt = bool(warnings) and config.run.stop_on_health
         # Read once: a signal that lands between the save and the stop below would
         # otherwise stop the run without its checkpoint; a later one stops the next step.
@@ -249,7 +234,7 @@ def _grpo(rs: RunState, run: Run, sampler: Sampler, stages: Stages, stop: StopRe
         stages.note(task, f"step {step}: {note}")
         if stopping:
             assert folder is not None  # saved above
-            say_stopped(stages, stop, step, folder)
+            setup.say_stopped(stages, stop, step, folder)
             return False
         if halt:
             stages.print("stopping early: run.stop_on_health is set")
