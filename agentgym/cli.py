@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from agentgym.config import Config, ConfigError
 from agentgym.config_cli import add_config_arguments, load, version
@@ -33,20 +33,16 @@ def _run_parser(sub, name: str, help_text: str, steps_field: str) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agentgym", description="Train tool-calling LLM agents with GRPO."
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _train_parser(sub: Any) -> None:
+    """`agentgym train`: the run's flags, resuming, and where rollouts run."""
     _run_parser(sub, "train", "GRPO-train a policy on an environment.", "run.steps")
-    sub.choices["train"].add_argument(
+    train = sub.choices["train"]
+    train.add_argument(
         "--resume",
         metavar="DIR|auto",
         help="go on from a checkpoint folder, or a run folder's newest complete checkpoint; "
         "'auto': run.output's newest, or a fresh start when it has none",
     )
-    train = sub.choices["train"]
     train.add_argument(
         "--policy",
         choices=["hf", "vllm"],
@@ -68,6 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="Ray cluster to join, e.g. auto (distributed.ray_address); default: start a local Ray",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentgym", description="Train tool-calling LLM agents with GRPO."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _train_parser(sub)
     _run_parser(sub, "sft", "Supervised warm-up on the environment's demonstrations.", "sft.steps")
     ev = sub.add_parser("eval", help="Evaluate a model on an environment's held-out tasks.")
     ev.add_argument("--env", help="math, a registered id, or module:Env-v0 (run.env)")
@@ -79,8 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--k", type=int, default=None, help="k of pass@k and maj@k (default: n)")
     ev.add_argument("--baseline", help="a second model, played on the same tasks and compared")
     ev.add_argument("--output", type=Path, help="report folder (default runs/eval-<env>-<time>)")
-    ev.add_argument("--set", dest="overrides", action="append", default=[],
-                    metavar="SECTION.FIELD=VALUE", help="override any config field")  # fmt: skip
+    ev.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override any config field",
+    )
     sub.add_parser("envs", help="List the registered agent environments.")
     doctor = sub.add_parser("doctor", help="Check a model's chat template for tool use.")
     doctor.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (default)")
@@ -155,8 +166,10 @@ def _resumed_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
             return config, None
     else:
         if args.config is not None:
-            raise ConfigError("--resume DIR takes the config the checkpoint holds; change a "
-                              "field with --set section.field=value, not --config")  # fmt: skip
+            raise ConfigError(
+                "--resume DIR takes the config the checkpoint holds; change a "
+                "field with --set section.field=value, not --config"
+            )
         path = Path(args.resume)
         checkpoint = path if is_complete(path) else latest_checkpoint(path)
         if checkpoint is None:
@@ -188,8 +201,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agentgym.eval.command import run_eval
     from agentgym.run.preflight import check
 
-    flags = {"run.env": args.env, "model.name": args.model, "eval.split": args.split,
-             "eval.tasks": args.tasks}  # fmt: skip
+    flags = {
+        "run.env": args.env,
+        "model.name": args.model,
+        "eval.split": args.split,
+        "eval.tasks": args.tasks,
+    }
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
     config = load(args.config, [*args.overrides, *named])
     k = args.k if args.k is not None else max(args.n, 1)
@@ -286,8 +303,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agentgym {args.command}: stopped: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"agentgym {args.command}: interrupted; every checkpoint written is complete",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"agentgym {args.command}: interrupted; every checkpoint written is complete",
+            file=sys.stderr,
+        )
         return 130
 
 

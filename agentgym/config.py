@@ -320,8 +320,10 @@ class DistributedConfig(_Section):
     @model_validator(mode="after")
     def _collective_on_ray(self) -> DistributedConfig:
         if self.weight_sync == "collective" and self.backend != "ray":
-            raise ValueError("weight_sync 'collective' sends weights to Ray rollout workers; "
-                             "it needs distributed.backend 'ray'")  # fmt: skip
+            raise ValueError(
+                "weight_sync 'collective' sends weights to Ray rollout workers; "
+                "it needs distributed.backend 'ray'"
+            )
         if self.weight_sync == "collective" and (self.ray_address or "").startswith("ray://"):
             raise ValueError(
                 "weight_sync 'collective' needs the driver on a node of the cluster (the "

@@ -38,8 +38,16 @@ from agentgym.config import Config, ConfigError, load_config
 from agentgym.config_trl import TRL_ALIASES, TRL_REFUSED
 
 NULLS = frozenset({"null", "Null", "NULL", "None", "none", "~"})
-BOOLS = {"true": True, "yes": True, "on": True, "1": True,
-         "false": False, "no": False, "off": False, "0": False}  # fmt: skip
+BOOLS = {
+    "true": True,
+    "yes": True,
+    "on": True,
+    "1": True,
+    "false": False,
+    "no": False,
+    "off": False,
+    "0": False,
+}
 
 
 @dataclass(frozen=True)

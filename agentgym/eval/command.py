@@ -44,9 +44,12 @@ def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> d
             "top_p": config.sampling.top_p,
             "max_new_tokens": ev.max_new_tokens or config.sampling.max_new_tokens,
         }
-        report = build_report(results, k=k if n else 1,
-                              comparisons=[("model", "baseline")] if baseline else (),
-                              meta=meta)  # fmt: skip
+        report = build_report(
+            results,
+            k=k if n else 1,
+            comparisons=[("model", "baseline")] if baseline else (),
+            meta=meta,
+        )
         write_report(output, report)
         print_report(report, stages.bar.console)
     return report

@@ -93,12 +93,17 @@ class TaskResult:
 
 def task_result(data: dict[str, Any]) -> TaskResult:
     """A TaskResult from its `dataclasses.asdict` form (as a checkpoint stores it)."""
-    return TaskResult(data["task_id"], data["expected"], EpisodeScore(**data["greedy"]),
-                      [EpisodeScore(**s) for s in data["samples"]])  # fmt: skip
+    return TaskResult(
+        data["task_id"],
+        data["expected"],
+        EpisodeScore(**data["greedy"]),
+        [EpisodeScore(**s) for s in data["samples"]],
+    )
 
 
-def held_out_ids(env_id: str, env_kwargs: dict[str, Any], count: int, *, start: int = 0,
-                 split: Split = "test") -> list[str]:  # fmt: skip
+def held_out_ids(
+    env_id: str, env_kwargs: dict[str, Any], count: int, *, start: int = 0, split: Split = "test"
+) -> list[str]:
     """Task ids `start .. start + count` of `split` (all there are, when fewer).
 
     Raises:
@@ -163,9 +168,18 @@ class HeldOut:
     def from_config(cls, config, task_ids: Sequence[str], tokenizer, *, n: int) -> HeldOut:
         """`task_ids` played with the run's sampling settings and `eval.max_new_tokens`."""
         s, run = config.sampling, config.run
-        return cls(run.env, run.env_kwargs, task_ids, tokenizer, n=n, temperature=s.temperature,
-                   top_p=s.top_p, max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
-                   max_episode_tokens=s.max_episode_tokens, stop=s.stop)  # fmt: skip
+        return cls(
+            run.env,
+            run.env_kwargs,
+            task_ids,
+            tokenizer,
+            n=n,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
+            max_episode_tokens=s.max_episode_tokens,
+            stop=s.stop,
+        )
 
     @property
     def episodes(self) -> int:
@@ -178,20 +192,27 @@ class HeldOut:
         for start in range(0, len(self.task_ids), per_chunk):
             ids = self.task_ids[start : start + per_chunk]
             specs = [TaskSpec(task_id=t) for t in ids]
-            played = collect(self.envs, specs, group, policy, self.tokenizer, params,
-                             max_tokens=self.max_episode_tokens)  # fmt: skip
+            played = collect(
+                self.envs,
+                specs,
+                group,
+                policy,
+                self.tokenizer,
+                params,
+                max_tokens=self.max_episode_tokens,
+            )
             out += [played[i * group : (i + 1) * group] for i in range(len(ids))]
             advance(len(played))
         return out
 
-    def run(self, policy: Policy, *, seed: int = 0,
-            advance: Callable[[int], None] = lambda n: None) -> list[TaskResult]:  # fmt: skip
+    def run(
+        self, policy: Policy, *, seed: int = 0, advance: Callable[[int], None] = lambda n: None
+    ) -> list[TaskResult]:
         """Plays every task; `advance(k)` is called as each k episodes finish."""
         with merged_adapters(as_policy(policy).model):
             return self._run(policy, seed, advance)
 
-    def _run(self, policy: Policy, seed: int, advance: Callable[[int], None]
-             ) -> list[TaskResult]:  # fmt: skip
+    def _run(self, policy: Policy, seed: int, advance: Callable[[int], None]) -> list[TaskResult]:
         greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0, stop=self.stop)
         played = self._play(policy, 1, greedy, advance)
         results = [
@@ -199,11 +220,16 @@ class HeldOut:
             for t, g in zip(self.task_ids, played, strict=True)
         ]
         if self.n:
-            sampled = SamplingParams(max_new_tokens=self.max_new_tokens, stop=self.stop,
-                                     temperature=self.temperature, top_p=self.top_p,
-                                     seed=seed)  # fmt: skip
-            for result, group in zip(results, self._play(policy, self.n, sampled, advance),
-                                     strict=True):  # fmt: skip
+            sampled = SamplingParams(
+                max_new_tokens=self.max_new_tokens,
+                stop=self.stop,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                seed=seed,
+            )
+            for result, group in zip(
+                results, self._play(policy, self.n, sampled, advance), strict=True
+            ):
                 result.samples = [EpisodeScore.of(t, result.expected) for t in group]
         return results
 

@@ -34,8 +34,13 @@ def training_curves(history: Sequence[Mapping[str, Any]], path: Path) -> Path:
             steps, values = _series(history, key)
             if not steps:
                 continue
-            ax.plot(steps, values, marker="o" if key.startswith("eval/") else None,
-                    markersize=3, label=key)  # fmt: skip
+            ax.plot(
+                steps,
+                values,
+                marker="o" if key.startswith("eval/") else None,
+                markersize=3,
+                label=key,
+            )
             if key == records.REWARD_MEAN:
                 _, std = _series(history, records.REWARD_STD)
                 if len(std) == len(values):

@@ -67,15 +67,15 @@ def summarize(results: Sequence[TaskResult], k: int = 1) -> dict[str, Any]:
         sampled["pass@1"] = _mean([pass_at_k(n, c, 1) for c in correct])
         sampled[f"pass@{k}"] = _mean([pass_at_k(n, c, k) for c in correct])
         sampled[f"maj@{k}"] = _mean(
-            [maj_at_k([_vote_key(s) for s in r.samples], "<expected>", k)
-             for r in results]
-        )  # fmt: skip
+            [maj_at_k([_vote_key(s) for s in r.samples], "<expected>", k) for r in results]
+        )
         out.update(n=n, k=k, sampled=sampled)
     return out
 
 
-def compare(results: Sequence[TaskResult], baseline: Sequence[TaskResult],
-            level: float = 0.95) -> dict[str, Any]:  # fmt: skip
+def compare(
+    results: Sequence[TaskResult], baseline: Sequence[TaskResult], level: float = 0.95
+) -> dict[str, Any]:
     """Per-task correctness differences (model - baseline) with bootstrap intervals: greedy,
     strict and lenient, and pass@1 of the sampled episodes when both have them.
 
@@ -93,8 +93,9 @@ def compare(results: Sequence[TaskResult], baseline: Sequence[TaskResult],
     if all(r.samples for r in (*results, *baseline)):
         scores["pass@1"] = lambda r: _mean([float(s.strict) for s in r.samples])
     for key, score in scores.items():
-        diff, low, high = paired_bootstrap([score(r) for r in results],
-                                           [score(r) for r in baseline], level=level)  # fmt: skip
+        diff, low, high = paired_bootstrap(
+            [score(r) for r in results], [score(r) for r in baseline], level=level
+        )
         out[key] = {"diff": diff, "low": low, "high": high}
     return out
 
@@ -154,8 +155,14 @@ def _cell(value: float) -> str:
 def table_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the report's table: one row per model, greedy figures then sampled."""
     models = report["models"]
-    sampled = sorted({k for m in models.values() for k in m.get("sampled", {})
-                      if k.startswith(("pass@", "maj@"))})  # fmt: skip
+    sampled = sorted(
+        {
+            k
+            for m in models.values()
+            for k in m.get("sampled", {})
+            if k.startswith(("pass@", "maj@"))
+        }
+    )
     header = ["model", "n", *(h for _, h in TABLE_COLUMNS), *sampled]
     rows = []
     for name, m in models.items():
@@ -167,9 +174,11 @@ def table_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
 def comparison_lines(report: Mapping[str, Any]) -> list[str]:
     """One line per comparison: the mean per-task difference and its bootstrap interval."""
     lines = []
-    labels = {"correctness_strict": "greedy correctness (strict)",
-              "correctness_lenient": "greedy correctness (lenient)",
-              "pass@1": "sampled pass@1 (strict)"}  # fmt: skip
+    labels = {
+        "correctness_strict": "greedy correctness (strict)",
+        "correctness_lenient": "greedy correctness (lenient)",
+        "pass@1": "sampled pass@1 (strict)",
+    }
     for name, c in report["comparisons"].items():
         for key, label in labels.items():
             if key not in c:
@@ -203,8 +212,9 @@ def write_report(directory: Path, report: Mapping[str, Any]) -> list[Path]:
     figures = {}
     for name, m in report["models"].items():
         figures[name] = {key: m["greedy"][key] for key in rates}
-        figures[name].update({k: v for k, v in m.get("sampled", {}).items()
-                              if k.startswith(("pass@", "maj@"))})  # fmt: skip
+        figures[name].update(
+            {k: v for k, v in m.get("sampled", {}).items() if k.startswith(("pass@", "maj@"))}
+        )
     report_chart(figures, paths[2])
     return paths
 

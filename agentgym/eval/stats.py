@@ -52,9 +52,13 @@ def maj_at_k(answers: Sequence[Hashable | None], correct: Hashable, k: int) -> f
 
 
 def paired_bootstrap(
-    a: Sequence[float], b: Sequence[float], *, resamples: int = 10_000, level: float = 0.95,
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    resamples: int = 10_000,
+    level: float = 0.95,
     seed: int = 0,
-) -> tuple[float, float, float]:  # fmt: skip
+) -> tuple[float, float, float]:
     """Mean of the per-task differences a - b and its percentile bootstrap interval.
 
     `a[i]` and `b[i]` are two models' scores on the same task i; tasks are

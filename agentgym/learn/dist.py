@@ -207,8 +207,10 @@ def fully_shard_model(model: torch.nn.Module) -> Callable[..., Any]:
     unit_types = set(getattr(base, "_no_split_modules", None) or ())
     units = [m for m in model.modules() if type(m).__name__ in unit_types]
     if not units:
-        raise ValueError(f"distributed.learner 'fsdp': {type(base).__name__} names no decoder "
-                         "layer class (_no_split_modules) to shard by; use 'ddp'")  # fmt: skip
+        raise ValueError(
+            f"distributed.learner 'fsdp': {type(base).__name__} names no decoder "
+            "layer class (_no_split_modules) to shard by; use 'ddp'"
+        )
     for unit in units:
         fully_shard(unit)
     # fully_shard returns the module it was given, of a subclass of its class and FSDPModule;

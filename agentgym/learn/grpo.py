@@ -206,8 +206,9 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return total / count.clamp(min=1)
 
 
-def aggregate(per_token: Tensor, mask: Tensor, aggregation: Aggregation,
-              max_tokens: int | None = None) -> Tensor:  # fmt: skip
+def aggregate(
+    per_token: Tensor, mask: Tensor, aggregation: Aggregation, max_tokens: int | None = None
+) -> Tensor:
     """Reduces a [B, T] per-token loss to a scalar over the masked tokens.
 
     "seq_mean_token_mean" (GRPO): mean over each sequence's tokens, then over all B

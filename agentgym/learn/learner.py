@@ -94,8 +94,9 @@ class Learner:
     sharded when `sharded` (`distributed.learner` "fsdp").
     """
 
-    def __init__(self, model: PreTrainedModel, config: Config,
-                 reference: PreTrainedModel | None = None):  # fmt: skip
+    def __init__(
+        self, model: PreTrainedModel, config: Config, reference: PreTrainedModel | None = None
+    ):
         self.config = config
         wrap = config.lora.enabled and not _has_adapters(model)
         self.model = wrap_lora(model, config) if wrap else model
@@ -146,8 +147,9 @@ class Learner:
             return run(run_prefix, ids)
 
     @torch.no_grad()
-    def _reference_logprobs(self, batch: Batch, prefix: Prefix | None = None
-                            ) -> torch.Tensor | None:  # fmt: skip
+    def _reference_logprobs(
+        self, batch: Batch, prefix: Prefix | None = None
+    ) -> torch.Tensor | None:
         if self.beta == 0:
             return None
         temperature = self.config.sampling.temperature
@@ -191,8 +193,12 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()  # the schedule follows steps taken, skipped or not
-        return {**totals, records.GRAD_NORM: grad_norm, records.LR: lr,
-                records.SKIPPED: float(not finite)}  # fmt: skip
+        return {
+            **totals,
+            records.GRAD_NORM: grad_norm,
+            records.LR: lr,
+            records.SKIPPED: float(not finite),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's and the schedule's state, and the KL coefficient, for a checkpoint.
@@ -200,10 +206,12 @@ class Learner:
         When `sharded`, the optimizer state is gathered whole, as one process has it
         (`dist.full_optimizer_state`): every rank must call this, in step.
         """
-        optimizer = (dist.full_optimizer_state(self.optimizer) if self.sharded
-                     else self.optimizer.state_dict())  # fmt: skip
-        return {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
-                "beta": self.beta}  # fmt: skip
+        optimizer = (
+            dist.full_optimizer_state(self.optimizer)
+            if self.sharded
+            else self.optimizer.state_dict()
+        )
+        return {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "beta": self.beta}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores what `state_dict` returned (a resumed run); when `sharded`, each rank
@@ -237,9 +245,15 @@ class Learner:
             loss, stats = self._loss(micro, ref_prefix, prefix)
             return loss * weight, {k: v * weight for k, v in stats.items()}
 
-        parts = backward_micro_batches(self.model, batch, self.config.optim.micro_batch_size,
-                                       loss_fn, self._forward_context, select,
-                                       share_prefix=not self.sharded)  # fmt: skip
+        parts = backward_micro_batches(
+            self.model,
+            batch,
+            self.config.optim.micro_batch_size,
+            loss_fn,
+            self._forward_context,
+            select,
+            share_prefix=not self.sharded,
+        )
         totals = {key: sum(p[key] for p in parts) for key in LOSS_METRICS}
         if select is None:
             # what follows runs under torchrun only, whose tests run in subprocesses
@@ -257,12 +271,14 @@ class Learner:
             mine += [_empty(micro_batches[0])] * (rounds - len(mine))
         return mine
 
-    def _loss(self, micro: Batch, ref_prefix: Prefix | None, prefix: Prefix | None
-              ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    def _loss(
+        self, micro: Batch, ref_prefix: Prefix | None, prefix: Prefix | None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         ref = self._reference_logprobs(micro, ref_prefix)
         with self._forward_context():
-            logp, entropy = self._run(token_logprobs, micro, self.config.sampling.temperature,
-                                      prefix, not self.sharded)  # fmt: skip
+            logp, entropy = self._run(
+                token_logprobs, micro, self.config.sampling.temperature, prefix, not self.sharded
+            )
         out = self.loss_fn(
             logp,
             micro.old_logprobs,
@@ -280,8 +296,12 @@ class Learner:
             # never fails (mutants of it are equivalent)
             **({} if micro.is_weights is None else {"is_weights": micro.is_weights}),
         )
-        stats = (out.policy_loss, out.kl, out.clip_fraction,
-                 grpo.masked_mean(entropy, micro.loss_mask))  # fmt: skip
+        stats = (
+            out.policy_loss,
+            out.kl,
+            out.clip_fraction,
+            grpo.masked_mean(entropy, micro.loss_mask),
+        )
         return out.loss, {key: float(v) for key, v in zip(LOSS_METRICS, stats, strict=True)}
 
     @torch.no_grad()
@@ -316,8 +336,11 @@ class Learner:
         sampler = batch.old_logprobs.to(old.device)
         mask = batch.loss_mask.to(old.device)
         weights, stats = grpo.truncated_is_weights(old, sampler, mask, self.config.grpo.tis_cap)
-        batch = replace(batch, old_logprobs=old.to(batch.old_logprobs.device),
-                        is_weights=weights.to(batch.old_logprobs.device))  # fmt: skip
+        batch = replace(
+            batch,
+            old_logprobs=old.to(batch.old_logprobs.device),
+            is_weights=weights.to(batch.old_logprobs.device),
+        )
         return batch, {f"rollout/{k}": float(v) for k, v in stats.items()}
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

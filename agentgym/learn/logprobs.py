@@ -69,8 +69,12 @@ def run_prefix(model: PreTrainedModel, ids: torch.Tensor) -> Prefix:
     cache = DynamicCache()
     # a mask of ones masks nothing, and transformers fills a cache it is given whatever
     # use_cache says (mutants of both are equivalent here and in `_hidden_states`)
-    decoder(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
-            **{cache_kwarg(decoder): cache})  # fmt: skip
+    decoder(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        use_cache=True,
+        **{cache_kwarg(decoder): cache},
+    )
     # a filled DynamicCache's layers all hold keys and values; transformers types them as
     # possibly absent (and the layers as possibly linear-attention ones)
     return ids.shape[1], [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
@@ -78,8 +82,9 @@ def run_prefix(model: PreTrainedModel, ids: torch.Tensor) -> Prefix:
 
 # token_logprobs, the only caller, always passes share_prefix (a mutant of its default is
 # equivalent)
-def _hidden_states(model: PreTrainedModel, batch: Batch, prefix: Prefix | None = None,
-                   share_prefix: bool = True) -> tuple[torch.Tensor, int]:  # fmt: skip
+def _hidden_states(
+    model: PreTrainedModel, batch: Batch, prefix: Prefix | None = None, share_prefix: bool = True
+) -> tuple[torch.Tensor, int]:
     """The last hidden states [N, L - P] of positions P.., and P, the shared prefix run once.
 
     The prefix is run for one row into a KV cache (or taken from `prefix`,
@@ -104,8 +109,13 @@ def _hidden_states(model: PreTrainedModel, batch: Batch, prefix: Prefix | None =
     # transformers would count the positions on from the cache too (a mutant that drops them is
     # equivalent); device=ids.device matters only off the CPU
     positions = torch.arange(shared, ids.shape[1], device=ids.device).expand(batch.size, -1)
-    out = decoder(input_ids=ids[:, shared:], attention_mask=mask, position_ids=positions,
-                  use_cache=True, **{cache_kwarg(decoder): cache})  # fmt: skip
+    out = decoder(
+        input_ids=ids[:, shared:],
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        **{cache_kwarg(decoder): cache},
+    )
     return out.last_hidden_state, shared
 
 
@@ -114,9 +124,13 @@ LOGIT_BUDGET = 2**25
 Past it, positions go through the head in checkpointed chunks."""
 
 
-def _head_logprobs(model: PreTrainedModel, head: torch.nn.Module, hidden: torch.Tensor,
-                   targets: torch.Tensor, temperature: float
-                   ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def _head_logprobs(
+    model: PreTrainedModel,
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprob [K] of each target under head(hidden [K, H]) / T, and the (detached) entropy [K].
 
     Logits of a half-precision model are taken in float32; float32 and float64 stay as they are
@@ -133,9 +147,13 @@ def _head_logprobs(model: PreTrainedModel, head: torch.nn.Module, hidden: torch.
     return logsm.gather(-1, targets[:, None]).squeeze(-1), entropy
 
 
-def token_logprobs(model: PreTrainedModel, batch: Batch, temperature: float,
-                   prefix: Prefix | None = None, share_prefix: bool = True
-                   ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def token_logprobs(
+    model: PreTrainedModel,
+    batch: Batch,
+    temperature: float,
+    prefix: Prefix | None = None,
+    share_prefix: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs [N, L-1] of each target token, and the entropy [N, L-1] of its distribution.
 
     Only the positions the loss mask selects are projected onto the vocabulary
@@ -168,7 +186,7 @@ def token_logprobs(model: PreTrainedModel, batch: Batch, temperature: float,
                 targets[i : i + step],
                 temperature,
                 use_reentrant=False,
-            )  # fmt: skip
+            )
             for i in range(0, len(rows), step)
         ]
         kept, ent = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
@@ -218,8 +236,9 @@ def backward_micro_batches(
         loss.backward()
         results.append(result)
     if prefix is not None:
-        pairs = [(t, leaf.grad) for t, leaf in zip(outputs, leaves, strict=True)
-                 if leaf.grad is not None]  # fmt: skip
+        pairs = [
+            (t, leaf.grad) for t, leaf in zip(outputs, leaves, strict=True) if leaf.grad is not None
+        ]
         if pairs:
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
     return results

@@ -153,5 +153,7 @@ def check_generate_args(prompts: list[list[int]], streams: Sequence[int] | None)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate() needs at least one prompt, and no empty prompt")
     if streams is not None and len(streams) != len(prompts):
-        raise ValueError(f"generate() got {len(streams)} streams for {len(prompts)} prompts;"
-                         " give one per prompt, or none")  # fmt: skip
+        raise ValueError(
+            f"generate() got {len(streams)} streams for {len(prompts)} prompts;"
+            " give one per prompt, or none"
+        )

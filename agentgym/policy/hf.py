@@ -230,13 +230,15 @@ class HFPolicy(PolicyBase):
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = slice(start, start + self.batch_size)
-            out.extend(self._generate_chunk(prompts[chunk], params,
-                                            None if keys is None else keys[chunk]))  # fmt: skip
+            out.extend(
+                self._generate_chunk(prompts[chunk], params, None if keys is None else keys[chunk])
+            )
         return out
 
     @torch.no_grad()
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams,
-                        streams: np.ndarray | None) -> list[Generation]:  # fmt: skip
+    def _generate_chunk(
+        self, prompts: list[list[int]], params: SamplingParams, streams: np.ndarray | None
+    ) -> list[Generation]:
         was_training = self.model.training
         self.model.eval()
         try:
@@ -252,9 +254,13 @@ class HFPolicy(PolicyBase):
 
     def _forward(self, ids, mask, positions, cache, **kwargs):
         return self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-            **{self.cache_kwarg: cache}, **kwargs,
-        )  # fmt: skip
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self.cache_kwarg: cache},
+            **kwargs,
+        )
 
     @contextlib.contextmanager
     def reusing_cache(self) -> Iterator[None]:
@@ -277,8 +283,10 @@ class HFPolicy(PolicyBase):
         columns = mask[row].nonzero().flatten()
         # transformers types a layer's keys and values as possibly absent (and the layer as
         # possibly a linear-attention one); this cache's layers hold them
-        layers = [(layer.keys[row][:, columns], layer.values[row][:, columns])  # type: ignore[union-attr,index]
-                  for layer in cache.layers]  # fmt: skip
+        layers = [
+            (layer.keys[row][:, columns], layer.values[row][:, columns])  # type: ignore[union-attr,index]
+            for layer in cache.layers
+        ]
         self._kept[tuple(prompt) + tuple(ids[:-1])] = layers  # the last id was never fed
 
     def _reusable(self, prompts: list[list[int]]) -> list[tuple[int, ...] | None]:
@@ -316,8 +324,9 @@ class HFPolicy(PolicyBase):
             layer.device, layer.is_initialized, layer.length = k0.device, True, width
             layer._expose()
             cache.layers.append(layer)
-        ids, suffix_mask = _left_pad([p[r:] for p, r in zip(prompts, reused, strict=True)],
-                                     self.pad_id, self.device)  # fmt: skip
+        ids, suffix_mask = _left_pad(
+            [p[r:] for p, r in zip(prompts, reused, strict=True)], self.pad_id, self.device
+        )
         kept_mask = torch.zeros(len(prompts), width, dtype=torch.long, device=self.device)
         for j, r in enumerate(reused):
             kept_mask[j, width - r :] = 1
@@ -352,8 +361,9 @@ class HFPolicy(PolicyBase):
         out = self._forward(ids, mask, positions, cache, logits_to_keep=1)
         return out.logits, mask, positions[:, -1:]
 
-    def _decode_loop(self, prompts: list[list[int]], params: SamplingParams,
-                     streams: np.ndarray | None) -> list[Generation]:  # fmt: skip
+    def _decode_loop(
+        self, prompts: list[list[int]], params: SamplingParams, streams: np.ndarray | None
+    ) -> list[Generation]:
         """Samples until every row stopped or hit the budget; finished rows leave the batch."""
         keys = self._reusable(prompts) if self._kept else [None] * len(prompts)
         if any(k is not None for k in keys):

@@ -72,8 +72,10 @@ class WorkerSync:
         from safetensors.torch import load_file
 
         tensors = load_file(path)
-        self.reload_weights(weights_iterator=iter(tensors.items()),  # type: ignore[attr-defined]
-                            is_checkpoint_format=True)  # fmt: skip
+        self.reload_weights(  # type: ignore[attr-defined]
+            weights_iterator=iter(tensors.items()),
+            is_checkpoint_format=True,
+        )
         _reprocess_tied_head(self.model_runner.model)  # type: ignore[attr-defined]
         return len(tensors)
 
@@ -257,14 +259,22 @@ class VLLMPolicy(PolicyBase):
                 seed = int(streams[i]) % 2**63
             elif params.seed is not None:
                 seed = request_seed(params.seed, i)
-            requests.append(VLLMParams(
-                n=1, temperature=params.temperature, top_p=params.top_p, seed=seed,
-                max_tokens=min(params.max_new_tokens, self.max_model_len - len(prompt)),
-                stop_token_ids=sorted(self.stop_ids), logprobs=0, skip_special_tokens=False,
-                # stop strings are matched on the text: only then does the engine detokenize
-                stop=list(params.stop), include_stop_str_in_output=True,
-                detokenize=bool(params.stop),
-            ))  # fmt: skip
+            requests.append(
+                VLLMParams(
+                    n=1,
+                    temperature=params.temperature,
+                    top_p=params.top_p,
+                    seed=seed,
+                    max_tokens=min(params.max_new_tokens, self.max_model_len - len(prompt)),
+                    stop_token_ids=sorted(self.stop_ids),
+                    logprobs=0,
+                    skip_special_tokens=False,
+                    # stop strings are matched on the text: only then does the engine detokenize
+                    stop=list(params.stop),
+                    include_stop_str_in_output=True,
+                    detokenize=bool(params.stop),
+                )
+            )
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
             requests,
@@ -275,8 +285,9 @@ class VLLMPolicy(PolicyBase):
 
     def _generation(self, sample) -> Generation:
         ids = tuple(sample.token_ids)
-        logprobs = tuple(float(step[t].logprob) for t, step in zip(ids, sample.logprobs,
-                                                                   strict=True))  # fmt: skip
+        logprobs = tuple(
+            float(step[t].logprob) for t, step in zip(ids, sample.logprobs, strict=True)
+        )
         stopped = sample.finish_reason == "stop" or (bool(ids) and ids[-1] in self.stop_ids)
         return Generation(ids, logprobs, "stop" if stopped else "length")
 
@@ -317,8 +328,9 @@ class VLLMPolicy(PolicyBase):
         save_file(state, str(folder / "adapter_model.safetensors"))
         (folder / "adapter_config.json").write_text(json.dumps(_adapter_config(self.lora)))
         previous, previous_dir = self.lora_request, self._lora_dir
-        self.lora_request = LoRARequest(f"agentgym-v{self.adapter_version}",
-                                        self.adapter_version, str(folder))  # fmt: skip
+        self.lora_request = LoRARequest(
+            f"agentgym-v{self.adapter_version}", self.adapter_version, str(folder)
+        )
         self.llm.llm_engine.add_lora(self.lora_request)
         self._lora_dir = folder
         if previous is not None:

@@ -228,10 +228,12 @@ def _check(index: int, path: str) -> None:
     fn = getattr(module, name, None)
     if not callable(fn):
         defined = sorted(
-            key for key, value in vars(module).items()
-            if inspect.isfunction(value) and value.__module__ == module.__name__
+            key
+            for key, value in vars(module).items()
+            if inspect.isfunction(value)
+            and value.__module__ == module.__name__
             and not key.startswith("_")
-        )  # fmt: skip
+        )
         raise ConfigError(
             f"{field}: module {module_name!r} has no function {name!r}; "
             f"its functions: {', '.join(defined) or 'none'}"

@@ -103,8 +103,15 @@ class InProcessSampler:
         queued, self._queued = self._queued, []
         for specs, group_size, params, max_tokens in queued:
             with merged_adapters(self.policy.model):
-                played = collect(self.envs, specs, group_size, self.policy, self.tokenizer,
-                                 params, max_tokens=max_tokens)  # fmt: skip
+                played = collect(
+                    self.envs,
+                    specs,
+                    group_size,
+                    self.policy,
+                    self.tokenizer,
+                    params,
+                    max_tokens=max_tokens,
+                )
             finished += [stamp_version(t, self.version) for t in played]
         return finished
 

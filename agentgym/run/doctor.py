@@ -69,12 +69,13 @@ def check_prefix(tokenizer, messages: list[dict]) -> Check:
         longer = render(tokenizer, messages[: k + 1], False)
         if not longer.startswith(shorter):
             return Check(
-                "prefix-consistent", False,
+                "prefix-consistent",
+                False,
                 f"adding message {k} ({messages[k]['role']}) rewrites the earlier text",
                 "the template must render conversations append-only (templates that drop "
                 "earlier reasoning or move system text do not); pass a model whose template "
                 "does, or a fixed template via the tokenizer's chat_template",
-            )  # fmt: skip
+            )
     return Check("prefix-consistent", True, f"{len(messages)} messages render append-only")
 
 
@@ -85,13 +86,21 @@ def check_round_trip(tokenizer, format_name: str) -> Check:
     text = render(tokenizer, messages, False)
     start = text.rfind(messages[2]["content"])
     if start == -1:
-        return Check("round-trip", False, "the template alters the assistant's text",
-                     "use a template that renders assistant content verbatim")  # fmt: skip
+        return Check(
+            "round-trip",
+            False,
+            "the template alters the assistant's text",
+            "use a template that renders assistant content verbatim",
+        )
     parsed = fmt.parse(text[start : start + len(messages[2]["content"])])
     calls = [a.call for a in parsed.calls]
     if calls != [_CALL]:
-        return Check("round-trip", False, f"parsed {calls!r}, expected [{_CALL!r}]",
-                     f"the {format_name} parser cannot read its own calls back")  # fmt: skip
+        return Check(
+            "round-trip",
+            False,
+            f"parsed {calls!r}, expected [{_CALL!r}]",
+            f"the {format_name} parser cannot read its own calls back",
+        )
     native = _native_tool_calls(tokenizer, fmt)
     return Check("round-trip", True, f"{format_name} call parses back; {native}")
 
@@ -102,8 +111,10 @@ def _native_tool_calls(tokenizer, fmt) -> str:
         "type": "function",
         "function": {"name": _CALL.name, "arguments": dict(_CALL.arguments)},
     }
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "q"},
-                {"role": "assistant", "content": "", "tool_calls": [call]}]  # fmt: skip
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
     try:
         text = render(tokenizer, messages, False)
     except Exception as err:  # templates raise anything on fields they do not know
@@ -150,11 +161,19 @@ def check_mask(tokenizer, messages: list[dict]) -> tuple[Check, list[int], list[
     expected = "".join(m["content"] + eos for m in messages if m["role"] == "assistant")
     full = render(tokenizer, messages, False)
     if sampled != expected:
-        check = Check("loss-mask", False, f"mask-1 text {sampled!r} != {expected!r}",
-                      "the tokenizer does not round-trip the assistant's text")  # fmt: skip
+        check = Check(
+            "loss-mask",
+            False,
+            f"mask-1 text {sampled!r} != {expected!r}",
+            "the tokenizer does not round-trip the assistant's text",
+        )
     elif not full.startswith(tokenizer.decode(ids)):
-        check = Check("loss-mask", False, "the masked token stream differs from the template",
-                      f"the template should end assistant turns with {eos!r}")  # fmt: skip
+        check = Check(
+            "loss-mask",
+            False,
+            "the masked token stream differs from the template",
+            f"the template should end assistant turns with {eos!r}",
+        )
     else:
         n = sum(mask)
         check = Check("loss-mask", True, f"{n} of {len(ids)} tokens are the agent's (mask 1)")

@@ -51,5 +51,7 @@ class StopRequest:
         if self.requested is not None:
             raise KeyboardInterrupt(f"{name} after {self.requested}: stopping at once")
         self.requested = name
-        self.say(f"[bold]{name}[/bold]: finishing this step, then writing a checkpoint "
-                 "(press Ctrl-C again to stop at once)")  # fmt: skip
+        self.say(
+            f"[bold]{name}[/bold]: finishing this step, then writing a checkpoint "
+            "(press Ctrl-C again to stop at once)"
+        )

@@ -99,8 +99,9 @@ class RunState:
             evals={k: [dataclasses.asdict(r) for r in v] for k, v in self.results.items()},
         ).to_json()
         trainer = {"learner": dist.share_state(self.learner), "torch_rng": torch.get_rng_state()}
-        folder = save_checkpoint(run.output, step, self.model, self.tokenizer,
-                                 self.config, state=state, trainer=trainer)  # fmt: skip
+        folder = save_checkpoint(
+            run.output, step, self.model, self.tokenizer, self.config, state=state, trainer=trainer
+        )
         prune(run.output, run.keep_last)
         return folder
 
@@ -142,9 +143,12 @@ def load_trainable(model, folder: Path) -> None:
 
         set_peft_model_state_dict(model, load_file(folder / ADAPTER_FILE))
         return
-    missing, unexpected = model.load_state_dict(load_file(folder / "model.safetensors"),
-                                                strict=False)  # fmt: skip
+    missing, unexpected = model.load_state_dict(
+        load_file(folder / "model.safetensors"), strict=False
+    )
     absent = {k for k in missing if not ("lm_head" in k and model.config.tie_word_embeddings)}
     if unexpected or absent:
-        raise ValueError(f"{folder}: weights do not fit the model (missing {sorted(absent)[:3]}, "
-                         f"unexpected {unexpected[:3]})")  # fmt: skip
+        raise ValueError(
+            f"{folder}: weights do not fit the model (missing {sorted(absent)[:3]}, "
+            f"unexpected {unexpected[:3]})"
+        )

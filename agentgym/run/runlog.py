@@ -158,8 +158,11 @@ def truncate_logs(directory: Path, step: int) -> None:
         path = Path(directory) / name
         if not path.is_file():
             continue
-        kept = [line for line in path.read_text().splitlines(keepends=True)
-                if (at := _step_of(line)) is not None and at <= step]  # fmt: skip
+        kept = [
+            line
+            for line in path.read_text().splitlines(keepends=True)
+            if (at := _step_of(line)) is not None and at <= step
+        ]
         staging = path.with_name(f".{name}.tmp")
         staging.write_text("".join(kept))
         staging.replace(path)

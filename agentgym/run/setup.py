@@ -155,16 +155,18 @@ class Run:
         whole = fsdp_sync.unsharded_copy(model, config) if fsdp_sync.sharded(config) else None
         learner = dist.build_learner(lambda: learner_for(config, model, self.start_model, resume))
         sampling_model = learner.model if whole is None else whole
-        self.policy = make_policy(config, sampling_model, tokenizer, engine_dir=engine_dir,
-                                  learner_model=learner.model)  # fmt: skip
+        self.policy = make_policy(
+            config, sampling_model, tokenizer, engine_dir=engine_dir, learner_model=learner.model
+        )
         return learner, whole
 
     def start_sampler(self, tokenizer, learner: Learner) -> Sampler:
         """The sampler; Ray workers load the model GRPO starts from, then the learner's
         weights now."""
         assert self.policy is not None  # `build_learner` made it
-        self.sampler = make_sampler(self.config, self.envs, self.policy, tokenizer,
-                                    self.start_model, learner.named_weights)  # fmt: skip
+        self.sampler = make_sampler(
+            self.config, self.envs, self.policy, tokenizer, self.start_model, learner.named_weights
+        )
         return self.sampler
 
     def close(self) -> None:
@@ -198,8 +200,9 @@ def owed_sft_evaluation(run: Run, model: Any, tokenizer: Any, stages: Stages) ->
         run.results["sft"] = evaluate(run.report_set, policy, stages, "eval sft", config.run.seed)
 
 
-def evaluate(held_out: HeldOut, policy: Policy, stages: Stages, name: str, seed: int
-             ) -> list[TaskResult]:  # fmt: skip
+def evaluate(
+    held_out: HeldOut, policy: Policy, stages: Stages, name: str, seed: int
+) -> list[TaskResult]:
     """Plays `held_out` with `policy` under a progress bar named `name`; its results."""
     task = stages.stage(name, held_out.episodes)
     results = held_out.run(policy, seed=seed, advance=lambda n: stages.advance(task, n))
@@ -217,8 +220,9 @@ def before_grpo(run: Run, model, tokenizer, stages: Stages, stop: StopRequest):
     `start_model` (a folder, once SFT wrote one)."""
     config, results, seed = run.config, run.results, run.config.run.seed
     if run.start_set is not None:
-        results["start"] = evaluate(run.start_set, HFPolicy(model, tokenizer), stages,
-                                    "eval start", seed)  # fmt: skip
+        results["start"] = evaluate(
+            run.start_set, HFPolicy(model, tokenizer), stages, "eval start", seed
+        )
     if stop.requested:
         return None
     if config.sft.warmup:
@@ -227,20 +231,24 @@ def before_grpo(run: Run, model, tokenizer, stages: Stages, stop: StopRequest):
         with open(run.out / "sft_metrics.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
         stages.note(task, f"loss {records[-1]['sft/loss']:.3f}", done=True)
-        folder = save_checkpoint(run.out, config.sft.steps, model, tokenizer, config,
-                                 name="checkpoint-sft")  # fmt: skip
+        folder = save_checkpoint(
+            run.out, config.sft.steps, model, tokenizer, config, name="checkpoint-sft"
+        )
         # GRPO's checkpoints name this folder as their base model: LoRA adapters saved
         # from here on are adapters of the SFT model, not of the model SFT started from.
         run.start_model = model.name_or_path = str(folder.resolve())
         if run.report_set is not None and not stop.requested:
-            results["sft"] = evaluate(run.report_set, HFPolicy(model, tokenizer), stages,
-                                      "eval sft", seed)  # fmt: skip
+            results["sft"] = evaluate(
+                run.report_set, HFPolicy(model, tokenizer), stages, "eval sft", seed
+            )
     return model
 
 
 def say_stopped(stages: Stages, stop: StopRequest, step: int, folder: Path) -> None:
-    stages.print(f"stopped on {stop.requested} after step {step}; checkpoint {folder}. "
-                 f"Resume with: agentgym train --resume {folder}")  # fmt: skip
+    stages.print(
+        f"stopped on {stop.requested} after step {step}; checkpoint {folder}. "
+        f"Resume with: agentgym train --resume {folder}"
+    )
 
 
 def closing_report(rs: RunState, policy: Policy, report_set: HeldOut, stages: Stages) -> None:
@@ -257,9 +265,13 @@ def closing_report(rs: RunState, policy: Policy, report_set: HeldOut, stages: St
     pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
     if len(results) == 3:
         pairs.append((name, "start"))
-    meta = {"env": config.run.env, "env_kwargs": config.run.env_kwargs,
-            "model": resolve_model_name(config.model.name), "split": config.eval.split,
-            "decoding": "greedy"}  # fmt: skip
+    meta = {
+        "env": config.run.env,
+        "env_kwargs": config.run.env_kwargs,
+        "model": resolve_model_name(config.model.name),
+        "split": config.eval.split,
+        "decoding": "greedy",
+    }
     report = build_report(results, k=max(config.eval.n, 1), comparisons=pairs, meta=meta)
     write_report(out / "report", report)
     print_report(report, stages.bar.console)
@@ -285,8 +297,9 @@ def follow(config: Config, resume: Path | None) -> Path:
     return Path(config.run.output)
 
 
-def record_step(rs: RunState, run: Run, stages: Stages, step: int,
-              trajectories: list[Trajectory], metrics: dict) -> list:  # fmt: skip
+def record_step(
+    rs: RunState, run: Run, stages: Stages, step: int, trajectories: list[Trajectory], metrics: dict
+) -> list:
     """Counts skipped updates, evaluates when due (keeping checkpoint-best), checks
     health, logs the step; returns the health warnings. Too many skipped updates in
     a row end the run with TrainingError."""
@@ -299,8 +312,9 @@ def record_step(rs: RunState, run: Run, stages: Stages, step: int,
     metrics[records.SKIPPED_STEPS] = float(p.skipped_steps)
     if run.selection is not None and (step % ev.every == 0 or step == config.run.steps):
         assert run.policy is not None  # `build_learner` made it
-        figures = summarize(evaluate(run.selection, run.policy, stages, f"eval step {step}",
-                                     config.run.seed))  # fmt: skip
+        figures = summarize(
+            evaluate(run.selection, run.policy, stages, f"eval step {step}", config.run.seed)
+        )
         metrics.update({key: figures["greedy"][v] for key, v in EVAL_METRICS.items()})
         if "sampled" in figures:
             metrics[records.EVAL_PASS_AT_1] = figures["sampled"]["pass@1"]

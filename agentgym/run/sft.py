@@ -36,8 +36,9 @@ class ScriptPolicy(PolicyBase):
     def __init__(self, tokenizer, turns: list[str]):
         self.tokenizer, self.turns, self.next = tokenizer, turns, 0
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, streams=None
-                 ) -> list[Generation]:  # fmt: skip
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, streams=None
+    ) -> list[Generation]:
         if len(prompts) != 1 or self.next >= len(self.turns):
             raise RuntimeError("a demonstration ran past its scripted turns")
         ids = self.tokenizer.encode(self.turns[self.next], add_special_tokens=False)
@@ -73,8 +74,9 @@ def sft_loss(model, batch: Batch, prefix: Prefix | None = None) -> torch.Tensor:
     return -(logp * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
 
 
-def warm_up(model, tokenizer, config: Config, advance=lambda: None
-            ) -> tuple[PreTrainedModel, list[dict[str, float]]]:  # fmt: skip
+def warm_up(
+    model, tokenizer, config: Config, advance=lambda: None
+) -> tuple[PreTrainedModel, list[dict[str, float]]]:
     """Runs `config.sft.steps` SFT steps on demonstrations; returns (model, step records).
 
     With LoRA on, the adapters are trained and then merged into the weights, so
@@ -105,8 +107,14 @@ def warm_up(model, tokenizer, config: Config, advance=lambda: None
         loss = sum(backward_micro_batches(model, batch, config.optim.micro_batch_size, loss_fn))
         grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.max_grad_norm)
         optimizer.step()
-        records.append({"step": step, "sft/loss": loss, "grad_norm": float(grad_norm),
-                        "step_seconds": time.perf_counter() - start})  # fmt: skip
+        records.append(
+            {
+                "step": step,
+                "sft/loss": loss,
+                "grad_norm": float(grad_norm),
+                "step_seconds": time.perf_counter() - start,
+            }
+        )
         advance()
     model.train(was_training)
     if config.lora.enabled:

@@ -29,14 +29,23 @@ from agentgym.run.interrupt import StopRequest
 from agentgym.run.resume import Progress, RunState, restore
 from agentgym.run.runlog import failure_metrics, rollout_metrics
 from agentgym.run.setup import Run
+from agentgym.run.update import learner_steps
 from agentgym.scale import dist, fsdp_sync
-from agentgym.types import Batch, Trajectory
+from agentgym.types import Trajectory
 
 
-def train_step(config: Config, rng: np.random.Generator, envs: list, policy: Policy,
-               learner: Learner, tokenizer, beta: float | None = None,
-               reward_fns: RewardFunctions | None = None, sampler: Sampler | None = None,
-               version: int = 0) -> tuple[list[Trajectory], dict[str, float | str]]:  # fmt: skip
+def train_step(
+    config: Config,
+    rng: np.random.Generator,
+    envs: list,
+    policy: Policy,
+    learner: Learner,
+    tokenizer,
+    beta: float | None = None,
+    reward_fns: RewardFunctions | None = None,
+    sampler: Sampler | None = None,
+    version: int = 0,
+) -> tuple[list[Trajectory], dict[str, float | str]]:
     """One GRPO step: rollout, advantages, learner update, weight sync. Returns its metrics.
 
     `sampler` plays the episodes (by default `policy` in `envs`, in this process) and
@@ -53,8 +62,12 @@ def train_step(config: Config, rng: np.random.Generator, envs: list, policy: Pol
     sampler = sampler or InProcessSampler(envs, policy, tokenizer)
     start = time.perf_counter()
     specs = setup.task_specs(rng, g.tasks_per_step)  # the tasks first, then the sampling seed
-    sampler.submit(specs, g.group_size, setup.sampling_params(config, rng),
-                   max_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+    sampler.submit(
+        specs,
+        g.group_size,
+        setup.sampling_params(config, rng),
+        max_tokens=config.sampling.max_episode_tokens,
+    )
     trajectories = sampler.poll()
     if reward_fns is not None:
         trajectories = reward_fns.score(trajectories)
@@ -64,9 +77,11 @@ def train_step(config: Config, rng: np.random.Generator, envs: list, policy: Pol
     rewards = torch.tensor([t.reward if t.scorable else math.nan for t in trajectories])
     if g.length_penalty:
         rewards = rewards - g.length_penalty * torch.tensor(
-            [float(t.completion_length) for t in trajectories])  # fmt: skip
-    advantages = grpo.group_advantages(rewards, g.group_size, scale=g.scale_rewards,
-                                       scorable=scorable)  # fmt: skip
+            [float(t.completion_length) for t in trajectories]
+        )
+    advantages = grpo.group_advantages(
+        rewards, g.group_size, scale=g.scale_rewards, scorable=scorable
+    )
     with policy.released():
         stats = learner_steps(config, learner, trajectories, rewards, advantages, tokenizer, beta)
     synced: dict[str, float | str] = {}
@@ -78,50 +93,19 @@ def train_step(config: Config, rng: np.random.Generator, envs: list, policy: Pol
     seconds = time.perf_counter() - start
     trained_tokens = sum(sum(t.loss_mask) for t in trajectories)
     metrics: dict[str, float | str] = {
-        **rollout_metrics(trajectories), **failure_metrics(trajectories), **stats,
+        **rollout_metrics(trajectories),
+        **failure_metrics(trajectories),
+        **stats,
         records.BETA: learner.beta,
         records.ZERO_VARIANCE: grpo.zero_variance_fraction(rewards, g.group_size),
-        records.STEP_SECONDS: seconds, records.ROLLOUT_SECONDS: rollout_seconds,
-        records.TOKENS_PER_SECOND: trained_tokens / seconds, **synced,
-    }  # fmt: skip
+        records.STEP_SECONDS: seconds,
+        records.ROLLOUT_SECONDS: rollout_seconds,
+        records.TOKENS_PER_SECOND: trained_tokens / seconds,
+        **synced,
+    }
     if g.length_penalty:
         metrics[records.REWARD_PENALISED] = float(rewards.nanmean())
     return trajectories, metrics
-
-
-def learner_steps(config: Config, learner: Learner, trajectories: list[Trajectory],
-                  rewards: torch.Tensor, advantages: torch.Tensor, tokenizer,
-                  beta: float | None) -> dict[str, float]:  # fmt: skip
-    """`grpo.num_iterations` learner steps on the step's batch; returns their mean metrics.
-
-    Groups whose rewards are all equal are left out first with
-    `grpo.drop_zero_variance_groups`, and episodes cut at the token budget are
-    masked out of the loss with `grpo.mask_truncated_completions`. Later
-    iterations compare against the same stored old logprobs: the sampler's, or, with
-    a vLLM sampler, the learner's own, recomputed first, with truncated importance
-    weights for the sampler's (`Learner.correct_mismatch`).
-    """
-    g = config.grpo
-    keep = torch.ones(len(trajectories), dtype=torch.bool)
-    stats: dict[str, float] = {}
-    if g.drop_zero_variance_groups:
-        flat = torch.tensor([grpo.zero_variance_fraction(group, g.group_size) == 1.0
-                             for group in rewards.split(g.group_size)])  # fmt: skip
-        keep = ~flat.repeat_interleave(g.group_size)
-        stats[records.DROPPED_GROUPS] = float(flat.sum())
-    if not keep.any():
-        return stats
-    kept = [t for t, k in zip(trajectories, keep.tolist(), strict=True) if k]
-    batch = Batch.from_trajectories(kept, advantages[keep], tokenizer.pad_token_id)
-    if g.mask_truncated_completions:
-        complete = torch.tensor([not t.truncated for t in kept], dtype=batch.loss_mask.dtype)
-        batch = batch.masked_rows(complete)
-    if config.policy.backend == "vllm":
-        batch, mismatch = learner.correct_mismatch(batch)
-        stats.update(mismatch)
-    runs = [dist.share_step(learner, batch, beta) for _ in range(g.num_iterations)]
-    stats.update({key: sum(r[key] for r in runs) / len(runs) for key in runs[0]})
-    return stats
 
 
 def train(config: Config, resume: Path | None = None) -> Path:
@@ -164,8 +148,10 @@ def _lead(config: Config, resume: Path | None) -> Path:
             if run.state is None:
                 model = setup.before_grpo(run, model, tokenizer, stages, stop)
                 if model is None:
-                    stages.print(f"stopped on {stop.requested} before training began: nothing "
-                                 "to resume; run the command again")  # fmt: skip
+                    stages.print(
+                        f"stopped on {stop.requested} before training began: nothing "
+                        "to resume; run the command again"
+                    )
                     return run.out
             else:  # stopped after SFT, before its evaluation: evaluate the SFT model now
                 setup.owed_sft_evaluation(run, model, tokenizer, stages)
@@ -178,8 +164,16 @@ def _lead(config: Config, resume: Path | None) -> Path:
                 progress = restore(run.state, resume, learner, rng)
             if run.state is not None or whole is not None:
                 run.policy.load_weights(dist.share_weights(learner))
-            rs = RunState(config, learner, tokenizer, rng, progress, run.results, run.start_model,
-                          unsharded=whole)  # fmt: skip
+            rs = RunState(
+                config,
+                learner,
+                tokenizer,
+                rng,
+                progress,
+                run.results,
+                run.start_model,
+                unsharded=whole,
+            )
             if stop.requested and run.state is None:  # SFT done, GRPO not begun: step 0
                 setup.say_stopped(stages, stop, 0, rs.save(0))
                 return run.out

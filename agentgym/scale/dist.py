@@ -150,8 +150,9 @@ def follow(make: Callable[[], Learner]) -> int:
 
 @contextlib.contextmanager
 def _ignoring_signals() -> Iterator[None]:
-    previous: dict[int, Any] = {s: signal.signal(s, signal.SIG_IGN)
-                                for s in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+    previous: dict[int, Any] = {
+        s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:

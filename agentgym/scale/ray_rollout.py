@@ -111,8 +111,9 @@ class RayRollout:
         weights: The learner's trainable weights now, by name (`Learner.named_weights()`).
     """
 
-    def __init__(self, config: Config, model_name: str | None,
-                 weights: Iterable[tuple[str, torch.Tensor]]):  # fmt: skip
+    def __init__(
+        self, config: Config, model_name: str | None, weights: Iterable[tuple[str, torch.Tensor]]
+    ):
         ray = self._ray = require_ray()
         d = config.distributed
         self.max_restarts = d.max_worker_restarts
@@ -129,8 +130,9 @@ class RayRollout:
         options = _actor_options(ray, d.rollout_workers, d.max_worker_restarts)
         threads = max(1, int(options["num_cpus"]))
         actor = ray.remote(RolloutWorker).options(**options)
-        self._actors = [actor.remote(config, model_name, per_worker, threads)
-                        for _ in range(d.rollout_workers)]  # fmt: skip
+        self._actors = [
+            actor.remote(config, model_name, per_worker, threads) for _ in range(d.rollout_workers)
+        ]
         self._restarts = [0] * d.rollout_workers
         self._identities: dict[int, str] = {}
         self._devices: dict[int, str] = {}
@@ -164,8 +166,13 @@ class RayRollout:
         """Worker `w`'s copies of the named parameters (transformers workers), for checks."""
         return self._call_all(lambda v: self._actors[v].weights.remote(list(names)), [w])[w]
 
-    def collect(self, specs: Sequence[TaskSpec], group_size: int, params: SamplingParams,
-                max_tokens: int | None = None) -> list[Trajectory]:  # fmt: skip
+    def collect(
+        self,
+        specs: Sequence[TaskSpec],
+        group_size: int,
+        params: SamplingParams,
+        max_tokens: int | None = None,
+    ) -> list[Trajectory]:
         """`rollout.collect`'s trajectories, played by the workers: grouped by task, in
         the order of `specs`, `group` numbering the task within the step."""
         shares = spread_groups(len(specs), len(self._actors))
@@ -196,8 +203,11 @@ class RayRollout:
         except (RuntimeError, self._ray.exceptions.RayError) as err:
             self._drop_group()
             self.collective_failures += 1
-            warnings.warn(f"collective weight sync failed ({err}); this sync goes through Ray's "
-                          "object store, the next forms a new group", stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"collective weight sync failed ({err}); this sync goes through Ray's "
+                "object store, the next forms a new group",
+                stacklevel=2,
+            )
             self._sync_store()
             return "object_store (collective failed)"
         assert self._group is not None
@@ -205,13 +215,22 @@ class RayRollout:
 
     def _form_group(self) -> None:
         """Forms a new group: this process (rank 0) and every worker (ranks 1..N)."""
-        on_gpu = (bool(self._held) and all(t.is_cuda for _, t in self._held)
-                  and all(d == "cuda" for d in self._devices.values()))  # fmt: skip
+        on_gpu = (
+            bool(self._held)
+            and all(t.is_cuda for _, t in self._held)
+            and all(d == "cuda" for d in self._devices.values())
+        )
         host = self._ray.util.get_node_ip_address()
         store = serve_store(host)
         self._generation += 1
-        address = GroupAddress(host, store.port, len(self._actors) + 1, "nccl" if on_gpu
-                               else "gloo", self._generation, weight_sync.BUCKET_BYTES)  # fmt: skip
+        address = GroupAddress(
+            host,
+            store.port,
+            len(self._actors) + 1,
+            "nccl" if on_gpu else "gloo",
+            self._generation,
+            weight_sync.BUCKET_BYTES,
+        )
         joins = {self._actors[w].join.remote(address, w + 1): w for w in range(len(self._actors))}
         device = self._held[0][1].device if on_gpu else torch.device("cpu")
         try:
@@ -227,8 +246,9 @@ class RayRollout:
         assert self._group is not None
         metas = describe(self._held)
         generation = self._group.address.generation
-        receives = {self._actors[w].receive.remote(generation, metas): w
-                    for w in range(len(self._actors))}  # fmt: skip
+        receives = {
+            self._actors[w].receive.remote(generation, metas): w for w in range(len(self._actors))
+        }
         try:
             self._group.send(self._held)
         except BaseException:
@@ -268,8 +288,9 @@ class RayRollout:
             self._weights = self._ray.put({n: t.cpu() for n, t in self._held})
         return self._weights
 
-    def _call_all(self, call: Callable[[int], Any], workers: Iterable[int] | None = None
-                  ) -> dict[int, Any]:  # fmt: skip
+    def _call_all(
+        self, call: Callable[[int], Any], workers: Iterable[int] | None = None
+    ) -> dict[int, Any]:
         """Makes `call(w)` (an actor call's ObjectRef) for each worker, all by default, and
         gathers the values; a worker that died, or answers from a restarted process, is
         revived and its call made again."""
@@ -326,8 +347,9 @@ class RayRollout:
                 ) from None
             except ray.exceptions.ActorUnavailableError:
                 if time.monotonic() - since > UNAVAILABLE_WAIT_S:
-                    raise TrainingError(f"rollout worker {w} has been unreachable for "
-                                        f"{UNAVAILABLE_WAIT_S:.0f} s") from None  # fmt: skip
+                    raise TrainingError(
+                        f"rollout worker {w} has been unreachable for {UNAVAILABLE_WAIT_S:.0f} s"
+                    ) from None
                 time.sleep(1.0)
 
     def close(self) -> None:
@@ -358,8 +380,9 @@ def _actor_options(ray, workers: int, max_restarts: int) -> dict[str, Any]:
     """Resources per worker: one GPU each where the cluster has one per worker; the
     CPUs shared out (at most one node's), so that all workers fit at once."""
     total = ray.cluster_resources()
-    node_cpus = max((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]),
-                    default=1.0)  # fmt: skip
+    node_cpus = max(
+        (n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]), default=1.0
+    )
     share = total.get("CPU", 1.0) / workers
     cpus = min(node_cpus, float(int(share))) if share >= 1 else share
     return {

@@ -88,8 +88,9 @@ class RolloutWorker:
                 for bucket in group.receive(metas):
                     self.policy.load_weights(bucket)
             else:
-                self.policy.load_weights([(n, t.cpu()) for bucket in group.receive(metas)
-                                          for n, t in bucket])  # fmt: skip
+                self.policy.load_weights(
+                    [(n, t.cpu()) for bucket in group.receive(metas) for n, t in bucket]
+                )
         except BaseException:
             self._leave()  # the group is broken: the driver forms a new one
             raise
@@ -100,12 +101,24 @@ class RolloutWorker:
         params = dict(self.policy.model.named_parameters())
         return self.incarnation, {n: params[n].detach().cpu().clone() for n in names}
 
-    def collect(self, specs: Sequence[TaskSpec], group_size: int, params: SamplingParams,
-                max_tokens: int | None) -> Reply:  # fmt: skip
+    def collect(
+        self,
+        specs: Sequence[TaskSpec],
+        group_size: int,
+        params: SamplingParams,
+        max_tokens: int | None,
+    ) -> Reply:
         """`rollout.collect` over this worker's groups; groups are numbered from 0."""
         with merged_adapters(self.policy.model):
-            played = collect(self.envs, specs, group_size, self.policy, self.tokenizer, params,
-                             max_tokens=max_tokens)  # fmt: skip
+            played = collect(
+                self.envs,
+                specs,
+                group_size,
+                self.policy,
+                self.tokenizer,
+                params,
+                max_tokens=max_tokens,
+            )
         return self.incarnation, played
 
     def close(self) -> None:

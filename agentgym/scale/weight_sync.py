@@ -87,8 +87,9 @@ def plan_buckets(metas: Sequence[TensorMeta], limit: int = BUCKET_BYTES) -> list
 
 def serve_store(host: str) -> torch.distributed.TCPStore:
     """The learner's store for a new group, on a free port (read it from `.port`)."""
-    return torch.distributed.TCPStore(host, 0, is_master=True, wait_for_workers=False,
-                                      timeout=_timeout())  # fmt: skip
+    return torch.distributed.TCPStore(
+        host, 0, is_master=True, wait_for_workers=False, timeout=_timeout()
+    )
 
 
 class SyncGroup:
@@ -106,8 +107,14 @@ class SyncGroup:
         store: The learner's own store (`serve_store`); the others connect to `address`.
     """
 
-    def __init__(self, address: GroupAddress, rank: int, local_host: str,
-                 device: torch.device, store: torch.distributed.Store | None = None):  # fmt: skip
+    def __init__(
+        self,
+        address: GroupAddress,
+        rank: int,
+        local_host: str,
+        device: torch.device,
+        store: torch.distributed.Store | None = None,
+    ):
         from torch.distributed import PrefixStore, TCPStore
 
         self.address, self.rank = address, rank
@@ -128,8 +135,11 @@ class SyncGroup:
             from torch.distributed import ProcessGroupGloo
 
             iface = os.environ.get("GLOO_SOCKET_IFNAME")
-            gloo_device = (ProcessGroupGloo.create_device(interface=iface) if iface
-                           else ProcessGroupGloo.create_device(hostname=local_host))  # fmt: skip
+            gloo_device = (
+                ProcessGroupGloo.create_device(interface=iface)
+                if iface
+                else ProcessGroupGloo.create_device(hostname=local_host)
+            )
             # torch's stubs do not declare gloo's options class
             options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
             options._devices = [gloo_device]
@@ -141,8 +151,7 @@ class SyncGroup:
         """Rank 0: broadcasts `tensors`, bucket by bucket (one bucket's buffer at a time)."""
         metas = describe(tensors)
         for bucket in plan_buckets(metas, self.address.bucket_bytes):
-            flat = torch.cat([tensors[i][1].detach().reshape(-1).to(self.device)
-                              for i in bucket])  # fmt: skip
+            flat = torch.cat([tensors[i][1].detach().reshape(-1).to(self.device) for i in bucket])
             self._broadcast(flat)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # sent, not only queued: the time is honest
