@@ -154,8 +154,9 @@ def _advance(
     ep.loss_mask.extend([1] * len(ids))
     ep.logprobs.extend(logprobs)
     ep.finish_reason = finish_reason
-    # a tuple of ids decodes as a list does, to one str; transformers' types say neither
-    text = cast(str, tokenizer.decode(ids, skip_special_tokens=True))  # type: ignore[arg-type]
+    # a tuple of ids decodes as a list does, to one str; transformers' types say neither (an
+    # annotation, not a cast: mutation testing reads `cast(None, ...)` as a surviving mutant)
+    text: str = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[arg-type,assignment]
     try:
         obs, reward, terminated, truncated, info = ep.env.step(Completion(text, finish_reason))
     except Exception as err:  # a bug in the environment ends this episode, not the run
