@@ -379,11 +379,9 @@ def _to(batch: Batch, device: torch.device) -> Batch:
     # only a second device tells its mutants apart (the tests run on the CPU alone)
     if batch.input_ids.device == device:
         return batch
-    return Batch(
-        batch.input_ids.to(device),
-        batch.attention_mask.to(device),
-        batch.loss_mask.to(device),
-        batch.old_logprobs.to(device),
-        batch.advantages.to(device),
+    tensors = (batch.input_ids, batch.attention_mask, batch.loss_mask, batch.old_logprobs)
+    # mypy cannot count a starred tuple: these are Batch's first five fields
+    return Batch(  # type: ignore[misc]
+        *(t.to(device) for t in (*tensors, batch.advantages)),
         is_weights=None if batch.is_weights is None else batch.is_weights.to(device),
     )
