@@ -11,7 +11,7 @@ import gymnasium as gym
 
 from agentgym.env.core import AgentEnv, Feedback, Task
 from agentgym.env.tool_env import ExpectedCall, ToolEnv
-from agentgym.tools.toolbox import tool
+from agentgym.tools import tool
 
 
 class DigitsEnv(AgentEnv):

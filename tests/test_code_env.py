@@ -13,7 +13,7 @@ from agentgym.envs.code.env import CodeEnv, code_format_reward, extract_code
 from agentgym.envs.code.python_tool import python_tool
 from agentgym.envs.code.tasks import generated_split, humaneval_problems, humaneval_split
 from agentgym.sandboxes import SandboxUnavailableError
-from agentgym.tools.toolbox import CallAttempt, ToolBox
+from agentgym.tools import CallAttempt, ToolBox
 from agentgym.types import ToolCall
 
 ADD = "humaneval/train/HumanEval_53"  # add(x, y): five asserts and one loop of 100 calls

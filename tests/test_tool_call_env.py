@@ -11,7 +11,7 @@ from agentgym.envs.tool_call.calculator import calculate
 from agentgym.envs.tool_call.env import ToolCallEnv
 from agentgym.envs.tool_call.store import ReadOnlyStore
 from agentgym.envs.tool_call.tasks import FAMILIES
-from agentgym.tools.toolbox import HERMES, REACT
+from agentgym.tools import HERMES, REACT
 from agentgym.types import ToolCall
 
 FORMATS = {"hermes": HERMES, "react": REACT}

@@ -15,7 +15,7 @@ from agentgym.env.tool_env import (
     tool_reward,
 )
 from agentgym.rewards.verifiable import combine
-from agentgym.tools.toolbox import HERMES, REACT, tool
+from agentgym.tools import HERMES, REACT, tool
 from agentgym.types import Completion, ToolCall
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo", "Kenya": "Nairobi", "Peru": "Lima"}

@@ -8,7 +8,7 @@ from typing import Literal
 
 import pytest
 
-from agentgym.tools.toolbox import (
+from agentgym.tools import (
     FORMATS,
     HERMES,
     REACT,

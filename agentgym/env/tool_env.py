@@ -54,7 +54,7 @@ from typing import Any, Literal
 
 from agentgym.env.core import AgentEnv, Feedback, Task
 from agentgym.rewards.verifiable import answers_equal, combine
-from agentgym.tools.toolbox import (
+from agentgym.tools import (
     CallAttempt,
     Tool,
     ToolBox,

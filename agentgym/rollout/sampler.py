@@ -70,22 +70,27 @@ def stamp_version(trajectory: Trajectory, version: int) -> Trajectory:
     return dataclasses.replace(trajectory, token_versions=versions)
 
 
-class InProcessSampler:
-    """Plays episodes in this process: `policy` samples, `envs` answer (G per task).
+def play(
+    envs: Sequence[gym.Env],
+    specs: Sequence[TaskSpec],
+    group_size: int,
+    policy: Policy,
+    tokenizer: PreTrainedTokenizerBase,
+    params: SamplingParams,
+    max_tokens: int | None = None,
+) -> list[Trajectory]:
+    """`collect` with a LoRA policy's adapters merged into its model while it samples (one
+    matrix per layer instead of three); what an in-process sampler and a Ray worker run."""
+    policy = as_policy(policy)
+    with merged_adapters(policy.model):
+        return collect(envs, specs, group_size, policy, tokenizer, params, max_tokens=max_tokens)
 
-    Args:
-        envs: At least tasks_per_step x group_size environments, one per episode.
-        policy: The policy; with its own in-process model (transformers), LoRA
-            adapters are merged into it while it samples.
-        tokenizer: The policy's tokenizer.
-    """
 
-    def __init__(
-        self, envs: Sequence[gym.Env], policy: Policy, tokenizer: PreTrainedTokenizerBase
-    ) -> None:
-        self.envs = list(envs)
-        self.policy = as_policy(policy)
-        self.tokenizer = tokenizer
+class QueuedSampler:
+    """The `Sampler` bookkeeping of the samplers that play what was submitted when polled:
+    the queue, the version stamp. A subclass says how one submission is played (`_play`)."""
+
+    def __init__(self) -> None:
         self.version = 0
         self._queued: list[tuple[Sequence[TaskSpec], int, SamplingParams, int | None]] = []
 
@@ -99,21 +104,49 @@ class InProcessSampler:
         self._queued.append((specs, group_size, params, max_tokens))
 
     def poll(self, wait: bool = True) -> list[Trajectory]:
-        finished = []
+        finished: list[Trajectory] = []
         queued, self._queued = self._queued, []
         for specs, group_size, params, max_tokens in queued:
-            with merged_adapters(self.policy.model):
-                played = collect(
-                    self.envs,
-                    specs,
-                    group_size,
-                    self.policy,
-                    self.tokenizer,
-                    params,
-                    max_tokens=max_tokens,
-                )
+            played = self._play(specs, group_size, params, max_tokens)
             finished += [stamp_version(t, self.version) for t in played]
         return finished
+
+    def _play(
+        self,
+        specs: Sequence[TaskSpec],
+        group_size: int,
+        params: SamplingParams,
+        max_tokens: int | None,
+    ) -> list[Trajectory]:
+        raise NotImplementedError
+
+
+class InProcessSampler(QueuedSampler):
+    """Plays episodes in this process: `policy` samples, `envs` answer (G per task).
+
+    Args:
+        envs: At least tasks_per_step x group_size environments, one per episode.
+        policy: The policy; with its own in-process model (transformers), LoRA
+            adapters are merged into it while it samples.
+        tokenizer: The policy's tokenizer.
+    """
+
+    def __init__(
+        self, envs: Sequence[gym.Env], policy: Policy, tokenizer: PreTrainedTokenizerBase
+    ) -> None:
+        super().__init__()
+        self.envs = list(envs)
+        self.policy = as_policy(policy)
+        self.tokenizer = tokenizer
+
+    def _play(
+        self,
+        specs: Sequence[TaskSpec],
+        group_size: int,
+        params: SamplingParams,
+        max_tokens: int | None,
+    ) -> list[Trajectory]:
+        return play(self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens)
 
     def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
         """Records the version: the run's policy, which this sampler plays with, got the

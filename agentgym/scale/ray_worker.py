@@ -17,9 +17,10 @@ from agentgym.config import Config
 from agentgym.env.core import make_env
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import SamplingParams
-from agentgym.policy.hf import HFPolicy, merged_adapters
+from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.rollout.episodes import TaskSpec
+from agentgym.rollout.sampler import play
 from agentgym.scale.weight_sync import (
     GroupAddress,
     SyncGroup,
@@ -109,16 +110,7 @@ class RolloutWorker:
         max_tokens: int | None,
     ) -> Reply:
         """`rollout.collect` over this worker's groups; groups are numbered from 0."""
-        with merged_adapters(self.policy.model):
-            played = collect(
-                self.envs,
-                specs,
-                group_size,
-                self.policy,
-                self.tokenizer,
-                params,
-                max_tokens=max_tokens,
-            )
+        played = play(self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens)
         return self.incarnation, played
 
     def close(self) -> None:

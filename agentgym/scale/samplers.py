@@ -16,35 +16,26 @@ from agentgym.config import Config
 from agentgym.env.core import make_env
 from agentgym.policy.base import Policy, SamplingParams
 from agentgym.rollout.episodes import TaskSpec
-from agentgym.rollout.sampler import InProcessSampler, Sampler, WeightSource, stamp_version
+from agentgym.rollout.sampler import InProcessSampler, QueuedSampler, Sampler, WeightSource
 from agentgym.scale.ray_rollout import RayRollout
 from agentgym.types import Trajectory
 
 
-class RaySampler:
+class RaySampler(QueuedSampler):
     """`RayRollout`'s workers as a `Sampler`: they play what is submitted, when polled."""
 
     def __init__(self, rollout: RayRollout) -> None:
+        super().__init__()
         self.rollout = rollout
-        self.version = 0
-        self._queued: list[tuple[Sequence[TaskSpec], int, SamplingParams, int | None]] = []
 
-    def submit(
+    def _play(
         self,
         specs: Sequence[TaskSpec],
         group_size: int,
         params: SamplingParams,
-        max_tokens: int | None = None,
-    ) -> None:
-        self._queued.append((specs, group_size, params, max_tokens))
-
-    def poll(self, wait: bool = True) -> list[Trajectory]:
-        finished = []
-        queued, self._queued = self._queued, []
-        for specs, group_size, params, max_tokens in queued:
-            played = self.rollout.collect(specs, group_size, params, max_tokens=max_tokens)
-            finished += [stamp_version(t, self.version) for t in played]
-        return finished
+        max_tokens: int | None,
+    ) -> list[Trajectory]:
+        return self.rollout.collect(specs, group_size, params, max_tokens=max_tokens)
 
     def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
         seconds = self.rollout.load_weights(weights())

@@ -3,21 +3,18 @@ and the tool-call formats that render tools into a prompt and parse calls out of
 May import: types, text.
 """
 
-from agentgym.tools.toolbox import (
+from agentgym.tools.formats import (
     FORMATS,
     HERMES,
     REACT,
     CallAttempt,
     ParsedTurn,
-    Tool,
-    ToolBox,
     ToolCallFormat,
     ToolErrorKind,
     ToolResult,
-    error_counts,
     get_format,
-    tool,
 )
+from agentgym.tools.toolbox import Tool, ToolBox, error_counts, tool
 
 __all__ = [
     "FORMATS",

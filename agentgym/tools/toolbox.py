@@ -40,35 +40,11 @@ from typing import Any, overload
 
 import pydantic
 
-from agentgym.tools.formats import (
-    FORMATS,
-    HERMES,
-    REACT,
-    CallAttempt,
-    ParsedTurn,
-    ToolCallFormat,
-    ToolErrorKind,
-    ToolResult,
-    get_format,
-)
+from agentgym.tools.formats import CallAttempt, ToolErrorKind, ToolResult
 from agentgym.tools.schema import arguments_model, parse_docstring, without_titles
 from agentgym.types import ToolCall
 
-__all__ = [
-    "FORMATS",
-    "HERMES",
-    "REACT",
-    "CallAttempt",
-    "ParsedTurn",
-    "Tool",
-    "ToolBox",
-    "ToolCallFormat",
-    "ToolErrorKind",
-    "ToolResult",
-    "error_counts",
-    "get_format",
-    "tool",
-]
+__all__ = ["Tool", "ToolBox", "error_counts", "tool"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function names allow
 

@@ -10,7 +10,7 @@ can serve this tool and a `CodeEnv`'s judging alike.
 from __future__ import annotations
 
 from agentgym.sandboxes import Sandbox
-from agentgym.tools.toolbox import Tool, tool
+from agentgym.tools import Tool, tool
 
 _GRACE_S = 5.0  # the ToolBox's own limit waits this much longer than the sandbox's
 

@@ -24,7 +24,7 @@ from agentgym.env.tool_env import ExpectedCall, ToolEnv
 from agentgym.envs.tool_call.calculator import calculate, same_value
 from agentgym.envs.tool_call.store import SCHEMA_TEXT, ReadOnlyStore
 from agentgym.envs.tool_call.tasks import FAMILIES, family_size, problem
-from agentgym.tools.toolbox import Tool, tool
+from agentgym.tools import Tool, tool
 from agentgym.types import ToolCall
 
 if TYPE_CHECKING:
