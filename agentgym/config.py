@@ -105,12 +105,10 @@ class GRPOConfig(_Section):
     @field_validator("loss")
     @classmethod
     def _registered_loss(cls, name: str) -> str:
-        from agentgym.learn.grpo import POLICY_LOSSES
+        from agentgym.learn.grpo import LOSSES  # importing grpo registers the built-in losses
 
-        if name not in POLICY_LOSSES:
-            raise ValueError(
-                f"unknown loss {name!r}; registered: {', '.join(sorted(POLICY_LOSSES))}"
-            )
+        if name not in LOSSES:
+            raise ValueError(f"unknown loss {name!r}; registered: {', '.join(sorted(LOSSES))}")
         return name
 
     def beta_at(self, step: int) -> float:

@@ -9,12 +9,14 @@ the curves and the docs read the declarations. Adding a metric is one
 `declare` here and the line that computes it.
 
 `CheckpointState` is `state.json` of a training checkpoint: what the loop needs
-to go on exactly where it stopped. Imports nothing of agentgym.
+to go on exactly where it stopped; `Report` is an evaluation's report.json
+(`ModelSummary`, `Figures`, `Comparison`). Imports nothing of agentgym.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -172,6 +174,145 @@ class CheckpointState:
             consecutive_skips=data["consecutive_skips"],
             rng=data["rng"],
             evals=data.get("evals", {}),
+        )
+
+
+class JsonView(Mapping[str, Any]):
+    """A record reads like the JSON object it writes, as a read-only mapping (for code
+    that read the dicts these records replaced); attributes are the typed way in."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_json())
+
+    def __len__(self) -> int:
+        return len(self.to_json())
+
+
+@dataclass(frozen=True)
+class Figures(JsonView):
+    """A model's figures over a set of held-out episodes (its greedy ones, or its samples).
+
+    Rates are shares of episodes, `tool_error_rate` failed calls per call, `turns`,
+    `tool_calls` and `completion_length` means per episode. `at_k` holds the sampled
+    episodes' pass@1, pass@k and maj@k, under those names, as report.json writes them.
+    """
+
+    correctness_strict: float
+    correctness_lenient: float
+    format_accuracy: float
+    reward_mean: float
+    reward_parts: dict[str, float]
+    turns: float
+    tool_calls: float
+    tool_error_rate: float
+    completion_length: float
+    truncated: float
+    at_k: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "at_k"}
+        return {**out, **self.at_k}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Figures:
+        names = [f.name for f in fields(cls) if f.name != "at_k"]
+        at_k = {key: value for key, value in data.items() if key not in names}
+        return cls(**{name: data[name] for name in names}, at_k=at_k)
+
+
+@dataclass(frozen=True)
+class ModelSummary(JsonView):
+    """One model's line of a report: its greedy figures on `tasks` tasks and, when it
+    sampled `n` episodes per task, their figures with pass@k and maj@k at `k`."""
+
+    tasks: int
+    greedy: Figures
+    n: int = 0
+    k: int = 1
+    sampled: Figures | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tasks": self.tasks, "greedy": self.greedy.to_json()}
+        if self.sampled is not None:
+            out.update(n=self.n, k=self.k, sampled=self.sampled.to_json())
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ModelSummary:
+        sampled = data.get("sampled")
+        return cls(
+            tasks=data["tasks"],
+            greedy=Figures.from_json(data["greedy"]),
+            n=data.get("n", 0),
+            k=data.get("k", 1),
+            sampled=Figures.from_json(sampled) if sampled is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class Interval(JsonView):
+    """A mean per-task difference and its bootstrap interval."""
+
+    diff: float
+    low: float
+    high: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"diff": self.diff, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class Comparison(JsonView):
+    """Two models on the same `tasks` tasks: per figure (correctness_strict,
+    correctness_lenient, and pass@1 when both sampled), the difference at `level`."""
+
+    level: float
+    tasks: int
+    intervals: dict[str, Interval]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"level": self.level, "tasks": self.tasks}
+        return out | {key: i.to_json() for key, i in self.intervals.items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Comparison:
+        intervals = {
+            key: Interval(**value) for key, value in data.items() if key not in ("level", "tasks")
+        }
+        return cls(level=data["level"], tasks=data["tasks"], intervals=intervals)
+
+
+@dataclass(frozen=True)
+class Report(JsonView):
+    """report.json: what was evaluated and how (`meta`), each model's summary, the
+    comparisons ("<a> - <b>"), and each model's per-task results."""
+
+    meta: dict[str, Any]
+    models: dict[str, ModelSummary]
+    comparisons: dict[str, Comparison]
+    tasks: dict[str, list[dict[str, Any]]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "meta": self.meta,
+            "models": {name: m.to_json() for name, m in self.models.items()},
+            "comparisons": {name: c.to_json() for name, c in self.comparisons.items()},
+            "tasks": self.tasks,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Report:
+        return cls(
+            meta=data["meta"],
+            models={name: ModelSummary.from_json(m) for name, m in data["models"].items()},
+            comparisons={name: Comparison.from_json(c) for name, c in data["comparisons"].items()},
+            tasks=data["tasks"],
         )
 
 

@@ -45,6 +45,7 @@ from mutmut.stats import status_by_exit_code
 MODULES = {
     "evaluate": "eval.stats",
     "grpo": "learn.grpo",
+    "losses": "learn.losses",
     "tool_formats": "tools.formats",
     "rollout": "rollout.episodes",
     "logprobs": "learn.logprobs",

@@ -34,7 +34,8 @@ from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
 from agentgym.rollout.episodes import TaskSpec, collect
-from agentgym.scale.ray_rollout import RayRollout, require_ray
+from agentgym.run.preflight import require_ray
+from agentgym.scale.ray_rollout import RayRollout
 
 
 def sampled_tokens(trajectories) -> int:

@@ -16,7 +16,7 @@ from test_distributed_learner import assert_close, run_on_two_ranks
 from agentgym.cli import main
 from agentgym.config import ConfigError, load_config
 from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.scale import fsdp_sync
+from agentgym.run import preflight
 
 HERE = Path(__file__).parent
 TOLERANCE = 1e-5
@@ -163,11 +163,11 @@ def test_fsdp_under_torchrun_refuses_what_it_does_not_run_with(monkeypatch, fiel
     config = load_config(overrides={"distributed.learner": "fsdp", field: value})
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match=rf"{field} must be '\w+' \(got '{value}'\)"):
-        fsdp_sync.check(config)
+        preflight.check_fsdp(config)
     monkeypatch.setenv("WORLD_SIZE", "1")  # one process: the plain learner, nothing to refuse
-    fsdp_sync.check(config)
+    preflight.check_fsdp(config)
     monkeypatch.setenv("WORLD_SIZE", "2")
-    fsdp_sync.check(load_config(overrides={field: value}))  # ddp
+    preflight.check_fsdp(load_config(overrides={field: value}))  # ddp
 
 
 @pytest.mark.slow

@@ -24,8 +24,9 @@ from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout.episodes import TaskSpec, collect
 from agentgym.run.interrupt import TrainingError
+from agentgym.run.preflight import require_ray
 from agentgym.scale import weight_sync
-from agentgym.scale.ray_rollout import RayRollout, require_ray, spread_groups
+from agentgym.scale.ray_rollout import RayRollout, spread_groups
 from agentgym.scale.weight_sync import SyncGroup
 
 TESTS = Path(__file__).parent

@@ -112,7 +112,7 @@ def test_bad_policy_options_name_the_field():
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
 def test_without_vllm_the_vllm_policy_fails_early_saying_how_to_install_it():
-    from agentgym.policy.vllm import require_vllm
+    from agentgym.run.preflight import require_vllm
 
     with pytest.raises(ConfigError, match="make setup-vllm"):
         require_vllm(load_config(overrides={"policy.backend": "vllm"}))

@@ -29,8 +29,9 @@ from agentgym.config import ConfigError, load_config  # noqa: E402
 from agentgym.env.core import make_env  # noqa: E402
 from agentgym.policy.base import SamplingParams  # noqa: E402
 from agentgym.policy.hf import HFPolicy, stop_token_ids  # noqa: E402
-from agentgym.policy.vllm import VLLMPolicy, require_vllm, save_model_folder  # noqa: E402
+from agentgym.policy.vllm import VLLMPolicy, save_model_folder  # noqa: E402
 from agentgym.rollout.episodes import TaskSpec, collect, render  # noqa: E402
+from agentgym.run.preflight import require_vllm  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 GREEDY = SamplingParams(max_new_tokens=32, temperature=0.0)

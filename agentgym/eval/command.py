@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids
 from agentgym.eval.report import build_report, summarize, write_report
+from agentgym.records import Report
 
 
-def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> dict[str, Any]:
+def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> Report:
     """`agentgym eval`: plays the held-out tasks with the model (and the baseline), writes
     the report under `output`, prints its table; returns the report."""
     from agentgym.eval.console import Stages, print_report
@@ -29,8 +29,8 @@ def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> d
                 policy = HFPolicy(model, tokenizer)
                 advance = lambda count, task=task: stages.advance(task, count)  # noqa: E731
                 results[role] = held.run(policy, seed=run.seed, advance=advance)
-                figures = summarize(results[role])["greedy"]
-                stages.note(task, f"correct {figures['correctness_strict']:.3f}", done=True)
+                figures = summarize(results[role]).greedy
+                stages.note(task, f"correct {figures.correctness_strict:.3f}", done=True)
             finally:
                 held.close()
         meta = {

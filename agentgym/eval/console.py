@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -11,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agentgym.eval.report import comparison_lines, table_rows
+from agentgym.records import Report
 
 
 class Stages:
@@ -58,7 +58,7 @@ class Stages:
         self.bar.console.print(text)
 
 
-def print_report(report: Mapping[str, Any], console: Console) -> None:
+def print_report(report: Report, console: Console) -> None:
     """Prints the report's table (one row per model) and its comparisons."""
     header, rows = table_rows(report)
     table = Table(title="held-out evaluation (greedy)")

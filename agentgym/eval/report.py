@@ -18,27 +18,31 @@ from typing import Any
 
 from agentgym.eval.heldout import EpisodeScore, TaskResult
 from agentgym.eval.stats import maj_at_k, paired_bootstrap, pass_at_k
+from agentgym.records import Comparison, Figures, Interval, ModelSummary, Report
 
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def _episode_figures(scores: Sequence[EpisodeScore]) -> dict[str, Any]:
+def _episode_figures(
+    scores: Sequence[EpisodeScore], at_k: dict[str, float] | None = None
+) -> Figures:
     calls = sum(s.tool_calls for s in scores)
     parts = sorted({p for s in scores for p in s.parts})
-    return {
-        "correctness_strict": _mean([float(s.strict) for s in scores]),
-        "correctness_lenient": _mean([float(s.lenient) for s in scores]),
-        "format_accuracy": _mean([float(s.format_ok) for s in scores]),
-        "reward_mean": _mean([s.reward for s in scores]),
-        "reward_parts": {p: _mean([s.parts.get(p, 0.0) for s in scores]) for p in parts},
-        "turns": _mean([s.turns for s in scores]),
-        "tool_calls": _mean([s.tool_calls for s in scores]),
-        "tool_error_rate": sum(s.tool_errors for s in scores) / calls if calls else 0.0,
-        "completion_length": _mean([s.completion_length for s in scores]),
-        "truncated": _mean([float(s.truncated) for s in scores]),
-    }
+    return Figures(
+        correctness_strict=_mean([float(s.strict) for s in scores]),
+        correctness_lenient=_mean([float(s.lenient) for s in scores]),
+        format_accuracy=_mean([float(s.format_ok) for s in scores]),
+        reward_mean=_mean([s.reward for s in scores]),
+        reward_parts={p: _mean([s.parts.get(p, 0.0) for s in scores]) for p in parts},
+        turns=_mean([s.turns for s in scores]),
+        tool_calls=_mean([s.tool_calls for s in scores]),
+        tool_error_rate=sum(s.tool_errors for s in scores) / calls if calls else 0.0,
+        completion_length=_mean([s.completion_length for s in scores]),
+        truncated=_mean([float(s.truncated) for s in scores]),
+        at_k=at_k or {},
+    )
 
 
 def _vote_key(score: EpisodeScore) -> str | None:
@@ -48,34 +52,31 @@ def _vote_key(score: EpisodeScore) -> str | None:
     return "<expected>" if score.lenient else score.answer.strip()
 
 
-def summarize(results: Sequence[TaskResult], k: int = 1) -> dict[str, Any]:
+def summarize(results: Sequence[TaskResult], k: int = 1) -> ModelSummary:
     """The report's figures: greedy episode figures, and pass@1, pass@k, maj@k when sampled.
 
     pass@k counts strict correctness; maj@k votes over the first k sampled
     answers, equivalent answers (math-verify) voting together.
     """
-    out: dict[str, Any] = {
-        "tasks": len(results),
-        "greedy": _episode_figures([r.greedy for r in results]),
-    }
+    greedy = _episode_figures([r.greedy for r in results])
     n = min((len(r.samples) for r in results), default=0)
-    if n:
-        if not 1 <= k <= n:
-            raise ValueError(f"k={k}; valid: 1 to n={n}, the samples per task")
-        sampled = _episode_figures([s for r in results for s in r.samples])
-        correct = [sum(s.strict for s in r.samples) for r in results]
-        sampled["pass@1"] = _mean([pass_at_k(n, c, 1) for c in correct])
-        sampled[f"pass@{k}"] = _mean([pass_at_k(n, c, k) for c in correct])
-        sampled[f"maj@{k}"] = _mean(
-            [maj_at_k([_vote_key(s) for s in r.samples], "<expected>", k) for r in results]
-        )
-        out.update(n=n, k=k, sampled=sampled)
-    return out
+    if not n:
+        return ModelSummary(tasks=len(results), greedy=greedy)
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k}; valid: 1 to n={n}, the samples per task")
+    correct = [sum(s.strict for s in r.samples) for r in results]
+    at_k = {"pass@1": _mean([pass_at_k(n, c, 1) for c in correct])}
+    at_k[f"pass@{k}"] = _mean([pass_at_k(n, c, k) for c in correct])
+    at_k[f"maj@{k}"] = _mean(
+        [maj_at_k([_vote_key(s) for s in r.samples], "<expected>", k) for r in results]
+    )
+    sampled = _episode_figures([s for r in results for s in r.samples], at_k)
+    return ModelSummary(tasks=len(results), greedy=greedy, n=n, k=k, sampled=sampled)
 
 
 def compare(
     results: Sequence[TaskResult], baseline: Sequence[TaskResult], level: float = 0.95
-) -> dict[str, Any]:
+) -> Comparison:
     """Per-task correctness differences (model - baseline) with bootstrap intervals: greedy,
     strict and lenient, and pass@1 of the sampled episodes when both have them.
 
@@ -85,7 +86,7 @@ def compare(
     ids, base_ids = [r.task_id for r in results], [r.task_id for r in baseline]
     if ids != base_ids:
         raise ValueError("compare() needs both models' results on the same tasks, in order")
-    out: dict[str, Any] = {"level": level, "tasks": len(ids)}
+    intervals: dict[str, Interval] = {}
     scores: dict[str, Callable[[TaskResult], float]] = {
         "correctness_strict": lambda r: float(r.greedy.strict),
         "correctness_lenient": lambda r: float(r.greedy.lenient),
@@ -96,8 +97,8 @@ def compare(
         diff, low, high = paired_bootstrap(
             [score(r) for r in results], [score(r) for r in baseline], level=level
         )
-        out[key] = {"diff": diff, "low": low, "high": high}
-    return out
+        intervals[key] = Interval(diff, low, high)
+    return Comparison(level=level, tasks=len(ids), intervals=intervals)
 
 
 def task_records(results: Sequence[TaskResult]) -> list[dict[str, Any]]:
@@ -126,25 +127,19 @@ def build_report(
     k: int = 1,
     comparisons: Sequence[tuple[str, str]] = (),
     meta: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The report of one or more models on the same tasks.
-
-    Keys: "meta" (what was evaluated and how), "models" (name -> `summarize`),
-    "comparisons" ("<a> - <b>" -> `compare(a, b)` for each pair in
-    `comparisons`) and "tasks" (name -> `task_records`).
-    """
-    report: dict[str, Any] = {
-        "meta": dict(meta or {}),
-        "models": {name: summarize(r, k) for name, r in results.items()},
-        "comparisons": {},
-        "tasks": {name: task_records(r) for name, r in results.items()},
-    }
-    for a, b in comparisons:
-        report["comparisons"][f"{a} - {b}"] = compare(results[a], results[b])
-    return report
+) -> Report:
+    """The report of one or more models on the same tasks: each model's `summarize`,
+    `compare(a, b)` as "<a> - <b>" for each pair in `comparisons`, the per-task
+    `task_records`."""
+    return Report(
+        meta=dict(meta or {}),
+        models={name: summarize(r, k) for name, r in results.items()},
+        comparisons={f"{a} - {b}": compare(results[a], results[b]) for a, b in comparisons},
+        tasks={name: task_records(r) for name, r in results.items()},
+    )
 
 
-def _cell(value: float) -> str:
+def _cell(value: float | None) -> str:
     return (
         "n/a"
         if value is None or (isinstance(value, float) and math.isnan(value))
@@ -152,26 +147,24 @@ def _cell(value: float) -> str:
     )
 
 
-def table_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def _at_k(summary: ModelSummary) -> dict[str, float]:
+    return summary.sampled.at_k if summary.sampled is not None else {}
+
+
+def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the report's table: one row per model, greedy figures then sampled."""
-    models = report["models"]
-    sampled = sorted(
-        {
-            k
-            for m in models.values()
-            for k in m.get("sampled", {})
-            if k.startswith(("pass@", "maj@"))
-        }
-    )
+    models = report.models
+    sampled = sorted({key for m in models.values() for key in _at_k(m)})
     header = ["model", "n", *(h for _, h in TABLE_COLUMNS), *sampled]
     rows = []
     for name, m in models.items():
-        row = [name, str(m["tasks"]), *(_cell(m["greedy"][key]) for key, _ in TABLE_COLUMNS)]
-        rows.append(row + [_cell(m.get("sampled", {}).get(key)) for key in sampled])
+        greedy = m.greedy.to_json()
+        row = [name, str(m.tasks), *(_cell(greedy[key]) for key, _ in TABLE_COLUMNS)]
+        rows.append(row + [_cell(_at_k(m).get(key)) for key in sampled])
     return header, rows
 
 
-def comparison_lines(report: Mapping[str, Any]) -> list[str]:
+def comparison_lines(report: Report) -> list[str]:
     """One line per comparison: the mean per-task difference and its bootstrap interval."""
     lines = []
     labels = {
@@ -179,30 +172,30 @@ def comparison_lines(report: Mapping[str, Any]) -> list[str]:
         "correctness_lenient": "greedy correctness (lenient)",
         "pass@1": "sampled pass@1 (strict)",
     }
-    for name, c in report["comparisons"].items():
+    for name, c in report.comparisons.items():
         for key, label in labels.items():
-            if key not in c:
+            if key not in c.intervals:
                 continue
-            d = c[key]
+            d = c.intervals[key]
             lines.append(
-                f"{name}: {label} {d['diff']:+.3f}, "
-                f"{c['level']:.0%} bootstrap interval [{d['low']:+.3f}, {d['high']:+.3f}] "
-                f"over {c['tasks']} tasks"
+                f"{name}: {label} {d.diff:+.3f}, "
+                f"{c.level:.0%} bootstrap interval [{d.low:+.3f}, {d.high:+.3f}] "
+                f"over {c.tasks} tasks"
             )
     return lines
 
 
-def write_report(directory: Path, report: Mapping[str, Any]) -> list[Path]:
+def write_report(directory: Path, report: Report) -> list[Path]:
     """Writes report.json, report.md and report.png under `directory`; returns their paths."""
     from agentgym.eval.plots import report_chart
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / "report.json", directory / "report.md", directory / "report.png"]
-    paths[0].write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
+    paths[0].write_text(json.dumps(report.to_json(), indent=1, default=_json_default) + "\n")
     header, rows = table_rows(report)
-    md = [f"# Evaluation: {report['meta'].get('env', '')}", ""]
-    md += [f"- {key}: {value}" for key, value in report["meta"].items()] + [""]
+    md = [f"# Evaluation: {report.meta.get('env', '')}", ""]
+    md += [f"- {key}: {value}" for key, value in report.meta.items()] + [""]
     md += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(row) + " |" for row in rows]
     md += ["", *(f"- {line}" for line in comparison_lines(report)), ""]
@@ -210,11 +203,8 @@ def write_report(directory: Path, report: Mapping[str, Any]) -> list[Path]:
     paths[1].write_text("\n".join(md))
     rates = ("correctness_strict", "correctness_lenient", "format_accuracy")
     figures = {}
-    for name, m in report["models"].items():
-        figures[name] = {key: m["greedy"][key] for key in rates}
-        figures[name].update(
-            {k: v for k, v in m.get("sampled", {}).items() if k.startswith(("pass@", "maj@"))}
-        )
+    for name, m in report.models.items():
+        figures[name] = {key: m.greedy[key] for key in rates} | _at_k(m)
     report_chart(figures, paths[2])
     return paths
 

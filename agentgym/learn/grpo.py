@@ -60,12 +60,20 @@ option (the config's `grpo` section names them as TRL does):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Literal, get_args
 
 import torch
 from torch import Tensor
+
+# The registry moved to agentgym.learn.losses; its names stay importable from here.
+from agentgym.learn.losses import LOSSES as LOSSES
+from agentgym.learn.losses import MICRO_BATCH_WEIGHTS as MICRO_BATCH_WEIGHTS
+from agentgym.learn.losses import POLICY_LOSSES as POLICY_LOSSES
+from agentgym.learn.losses import LossOutput, register_policy_loss
+from agentgym.learn.losses import PolicyLossFn as PolicyLossFn
+from agentgym.learn.losses import RegisteredLoss as RegisteredLoss
+from agentgym.learn.losses import get_policy_loss as get_policy_loss
 
 Aggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
@@ -228,16 +236,6 @@ def aggregate(
     raise ValueError(f"unknown aggregation {aggregation!r}; choose one of {AGGREGATIONS}")
 
 
-@dataclass(frozen=True)
-class LossOutput:
-    """What a policy loss returns. `loss == policy_loss + beta * kl` (same aggregation)."""
-
-    loss: Tensor  # scalar, differentiable: backpropagate this
-    policy_loss: Tensor  # scalar, detached: the aggregated clipped surrogate
-    kl: Tensor  # scalar, detached: aggregated k3 KL (0 without ref_logprobs)
-    clip_fraction: Tensor  # scalar, detached: share of masked tokens whose gradient is clipped
-
-
 def clipped_policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -387,44 +385,6 @@ def truncated_is_weights(
     return weights, stats
 
 
-PolicyLossFn = Callable[..., LossOutput]
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
-MICRO_BATCH_WEIGHTS: dict[str, Literal["sequences", "tokens"]] = {}
-"""How the learner weighs a loss's micro-batches: by their share of the batch's
-sequences, or of its loss tokens (a token mean over the whole batch)."""
-
-
-def register_policy_loss(
-    name: str, weight: Literal["sequences", "tokens"] = "sequences"
-) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator adding a loss to POLICY_LOSSES under `name`; a taken name is a ValueError.
-
-    A registered loss is called as `fn(logprobs [B, T], old_logprobs [B, T],
-    advantages [B], loss_mask [B, T], *, ref_logprobs=None, epsilon=0.2, beta=0.0,
-    epsilon_high=None, importance_sampling_level="token", kl_estimator="k3",
-    max_tokens=None) -> LossOutput` on one micro-batch; the learner sums the
-    micro-batches' losses, each times its share of the batch (`weight`). With a
-    vLLM sampler it also passes `is_weights=` [B, T] (see `clipped_policy_loss`).
-    """
-
-    def add(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = fn
-        MICRO_BATCH_WEIGHTS[name] = weight
-        return fn
-
-    return add
-
-
-def get_policy_loss(name: str) -> PolicyLossFn:
-    """The registered loss called `name`; ValueError listing the known names otherwise."""
-    if name not in POLICY_LOSSES:
-        known = ", ".join(sorted(POLICY_LOSSES))
-        raise ValueError(f"unknown policy loss {name!r}; registered: {known}")
-    return POLICY_LOSSES[name]
-
-
 # The built-in losses differ only in how per-token terms are reduced (TRL's `loss_type` names).
 register_policy_loss("grpo")(partial(clipped_policy_loss, aggregation="seq_mean_token_mean"))
 register_policy_loss("bnpo")(partial(clipped_policy_loss, aggregation="token_mean"))
@@ -432,7 +392,7 @@ register_policy_loss("dr_grpo")(partial(clipped_policy_loss, aggregation="seq_me
 register_policy_loss("dapo", weight="tokens")(
     partial(clipped_policy_loss, aggregation="token_mean")
 )
-register_policy_loss("token_mean", weight="tokens")(POLICY_LOSSES["dapo"])  # the older name of dapo
+register_policy_loss("token_mean", weight="tokens")(LOSSES["dapo"].fn)  # the older name of dapo
 
 
 def entropy_from_logprobs(logprobs: Tensor) -> Tensor:

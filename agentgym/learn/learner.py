@@ -169,7 +169,7 @@ class Learner:
 
     def _weight(self, micro: Batch, whole: Batch) -> float:
         """This micro-batch's share of the whole batch's loss."""
-        if grpo.MICRO_BATCH_WEIGHTS[self.config.grpo.loss] == "tokens":
+        if grpo.LOSSES[self.config.grpo.loss].weight == "tokens":
             # token counts are exact in float32; their ratio is taken in float64
             return float(micro.loss_mask.sum()) / max(1.0, float(whole.loss_mask.sum()))
         return micro.size / whole.size

@@ -109,20 +109,7 @@ def save_model_folder(model, tokenizer) -> Path:
     return folder
 
 
-def require_vllm(config: Config) -> None:
-    """Fails before any model loads when `policy.backend: vllm` cannot run here: vLLM is
-    not installed, or `policy.enable_sleep_mode` is set where vLLM has no sleep mode."""
-    try:
-        import vllm  # noqa: F401
-    except ImportError as err:
-        raise ConfigError(
-            "policy.backend 'vllm' needs vLLM: pip install -e '.[vllm]' with a GPU, or "
-            f"`make setup-vllm` for its CPU build in .venv-vllm ({err})"
-        ) from None
-    _check_sleep_mode(config.policy.enable_sleep_mode)
-
-
-def _check_sleep_mode(enabled: bool) -> None:
+def check_sleep_mode(enabled: bool) -> None:
     """Refuses `policy.enable_sleep_mode` where vLLM has no sleep mode (CPU among them): its
     own refusal would come only once the engine starts, after the model and SFT."""
     from vllm.platforms import current_platform
@@ -179,7 +166,7 @@ class VLLMPolicy(PolicyBase):
         from vllm import LLM
         from vllm.platforms import current_platform
 
-        _check_sleep_mode(enable_sleep_mode)
+        check_sleep_mode(enable_sleep_mode)
         self.model_path = Path(model_path)
         self.stop_ids = set(stop_ids)
         self.max_model_len = max_model_len

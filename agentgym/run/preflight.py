@@ -19,6 +19,10 @@ rate's warm-up); `grpo.epsilon_high` < `grpo.epsilon` (a narrower upper clip);
 `sampling.max_new_tokens` or `eval.max_new_tokens` > `sampling.max_episode_tokens`
 (the episode is cut after that turn); `optim.micro_batch_size` larger than the
 batch (one micro-batch).
+
+`require_ray`, `require_vllm` and `check_fsdp` check what the backends need of
+this machine and this launch (installed packages, vLLM's sleep mode, torchrun's
+world size); the run calls them before any model loads.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from agentgym.config import Config, ConfigError
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
 from agentgym.policy.models import ModelNotFoundError, check_model_available
+from agentgym.scale import dist
 
 Command = Literal["train", "sft", "eval"]
 
@@ -181,3 +186,51 @@ def _demonstration_problems(config: Config, command: Command, agent: AgentEnv) -
     except NotImplementedError as err:
         return [Problem(field, f"SFT trains on demonstrations, and {err}; valid: {valid}")]
     return []
+
+
+# -- what the backends need of this machine and this launch ----------------------------
+
+
+def require_ray() -> Any:
+    """Imports Ray, or raises ConfigError naming the setting and the install command."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "distributed.backend: 'ray' needs Ray, which is not installed: "
+            "pip install 'ray>=2.9' (or pip install 'agentgym[distributed]')"
+        ) from None
+    return ray
+
+
+def require_vllm(config: Config) -> None:
+    """Fails before any model loads when `policy.backend: vllm` cannot run here: vLLM is
+    not installed, or `policy.enable_sleep_mode` is set where vLLM has no sleep mode."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as err:
+        raise ConfigError(
+            "policy.backend 'vllm' needs vLLM: pip install -e '.[vllm]' with a GPU, or "
+            f"`make setup-vllm` for its CPU build in .venv-vllm ({err})"
+        ) from None
+    from agentgym.policy.vllm import check_sleep_mode
+
+    check_sleep_mode(config.policy.enable_sleep_mode)
+
+
+def check_fsdp(config: Config) -> None:
+    """Raises ConfigError for what `distributed.learner: fsdp` does not run with under torchrun."""
+    if dist.world_size() <= 1 or config.distributed.learner != "fsdp":
+        return
+    if config.policy.backend != "hf":
+        raise ConfigError(
+            f"distributed.learner 'fsdp' under torchrun samples on rank 0 with transformers: "
+            f"policy.backend must be 'hf' (got {config.policy.backend!r}); or use "
+            "distributed.learner 'ddp' with policy.backend 'vllm'"
+        )
+    if config.distributed.backend != "none":
+        raise ConfigError(
+            f"distributed.learner 'fsdp' under torchrun samples on rank 0: distributed.backend "
+            f"must be 'none' (got {config.distributed.backend!r}); or use distributed.learner "
+            "'ddp' with Ray rollout workers"
+        )

@@ -30,11 +30,11 @@ from agentgym.policy.base import Policy, SamplingParams
 from agentgym.policy.factory import engine_folder, make_policy
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
-from agentgym.policy.vllm import require_vllm
 from agentgym.records import CheckpointState
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.episodes import TaskSpec
 from agentgym.rollout.sampler import Sampler
+from agentgym.run import preflight
 from agentgym.run.checkpoint import (
     BEST,
     latest_checkpoint,
@@ -48,7 +48,6 @@ from agentgym.run.resume import RunState, learner_for, load_trainable, resume_st
 from agentgym.run.runlog import RunLog, truncate_logs
 from agentgym.run.sft import warm_up
 from agentgym.scale import dist, fsdp_sync
-from agentgym.scale.ray_rollout import require_ray
 from agentgym.scale.samplers import make_sampler, sampler_envs
 from agentgym.types import Trajectory
 
@@ -115,9 +114,9 @@ class Run:
         state = resume_state(resume) if resume is not None else None
         reward_fns = RewardFunctions(config.rewards)
         if config.distributed.backend == "ray":
-            require_ray()
+            preflight.require_ray()
         if config.policy.backend == "vllm":
-            require_vllm(config)
+            preflight.require_vllm(config)
         seed_everything(config.run.seed)
         start_model = state.start_model if state else config.model.name
         assert config.run.output is not None  # the CLI names the run's folder first
@@ -207,9 +206,9 @@ def evaluate(
     task = stages.stage(name, held_out.episodes)
     results = held_out.run(policy, seed=seed, advance=lambda n: stages.advance(task, n))
     figures = summarize(results)
-    note = f"correct {figures['greedy']['correctness_strict']:.3f} (greedy)"
-    if "sampled" in figures:
-        note += f", pass@1 {figures['sampled']['pass@1']:.3f}"
+    note = f"correct {figures.greedy.correctness_strict:.3f} (greedy)"
+    if figures.sampled is not None:
+        note += f", pass@1 {figures.sampled.at_k['pass@1']:.3f}"
     stages.note(task, note, done=True)
     return results
 
@@ -315,9 +314,9 @@ def record_step(
         figures = summarize(
             evaluate(run.selection, run.policy, stages, f"eval step {step}", config.run.seed)
         )
-        metrics.update({key: figures["greedy"][v] for key, v in EVAL_METRICS.items()})
-        if "sampled" in figures:
-            metrics[records.EVAL_PASS_AT_1] = figures["sampled"]["pass@1"]
+        metrics.update({key: getattr(figures.greedy, v) for key, v in EVAL_METRICS.items()})
+        if figures.sampled is not None:
+            metrics[records.EVAL_PASS_AT_1] = figures.sampled.at_k["pass@1"]
     p.history.append({"step": step, **metrics})
     warnings = check_health(p.history, beta=config.grpo.beta)
     for w in warnings:

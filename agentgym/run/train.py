@@ -24,13 +24,13 @@ from agentgym.policy.base import Policy, as_policy
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.sampler import InProcessSampler, Sampler
-from agentgym.run import setup
+from agentgym.run import preflight, setup
 from agentgym.run.interrupt import StopRequest
 from agentgym.run.resume import Progress, RunState, restore
 from agentgym.run.runlog import failure_metrics, rollout_metrics
 from agentgym.run.setup import Run
 from agentgym.run.update import learner_steps
-from agentgym.scale import dist, fsdp_sync
+from agentgym.scale import dist
 from agentgym.types import Trajectory
 
 
@@ -124,7 +124,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
     with `distributed.learner: fsdp`, shards of it) and step them on the batches
     rank 0 shares, each on its share (`agentgym.scale.dist`, `agentgym.scale.fsdp_sync`).
     """
-    fsdp_sync.check(config)
+    preflight.check_fsdp(config)
     joined = dist.init()
     try:
         if not dist.is_main():

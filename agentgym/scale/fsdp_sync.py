@@ -22,27 +22,9 @@ import copy
 import torch
 from transformers import PreTrainedModel
 
-from agentgym.config import Config, ConfigError
+from agentgym.config import Config
 from agentgym.learn.lora import wrap_lora
 from agentgym.scale import dist
-
-
-def check(config: Config) -> None:
-    """Raises ConfigError for what `distributed.learner: fsdp` does not run with under torchrun."""
-    if dist.world_size() <= 1 or config.distributed.learner != "fsdp":
-        return
-    if config.policy.backend != "hf":
-        raise ConfigError(
-            f"distributed.learner 'fsdp' under torchrun samples on rank 0 with transformers: "
-            f"policy.backend must be 'hf' (got {config.policy.backend!r}); or use "
-            "distributed.learner 'ddp' with policy.backend 'vllm'"
-        )
-    if config.distributed.backend != "none":
-        raise ConfigError(
-            f"distributed.learner 'fsdp' under torchrun samples on rank 0: distributed.backend "
-            f"must be 'none' (got {config.distributed.backend!r}); or use distributed.learner "
-            "'ddp' with Ray rollout workers"
-        )
 
 
 def sharded(config: Config) -> bool:

@@ -51,11 +51,11 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from agentgym.config import Config, ConfigError, DistributedConfig
+from agentgym.config import Config, DistributedConfig
 from agentgym.policy.base import SamplingParams
 from agentgym.rollout.episodes import TaskSpec
 from agentgym.scale import weight_sync
@@ -71,18 +71,6 @@ from agentgym.types import TrainingError, Trajectory
 
 UNAVAILABLE_WAIT_S = 60.0
 """How long a worker may stay unreachable (neither answering nor reported dead)."""
-
-
-def require_ray() -> Any:
-    """Imports Ray, or raises ConfigError naming the setting and the install command."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(
-            "distributed.backend: 'ray' needs Ray, which is not installed: "
-            "pip install 'ray>=2.9' (or pip install 'agentgym[distributed]')"
-        ) from None
-    return ray
 
 
 def spread_groups(groups: int, workers: int) -> list[range]:
@@ -114,7 +102,9 @@ class RayRollout:
     def __init__(
         self, config: Config, model_name: str | None, weights: Iterable[tuple[str, torch.Tensor]]
     ):
-        ray = self._ray = require_ray()
+        import ray as ray_module  # where missing, preflight.require_ray said so early
+
+        ray = self._ray = cast(Any, ray_module)  # mypy knows no actor handle's `.remote`
         d = config.distributed
         self.max_restarts = d.max_worker_restarts
         self.collective = d.weight_sync == "collective"
