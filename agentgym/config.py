@@ -33,8 +33,39 @@ class ModelConfig(_Section):
         "SmolLM2-135M-Instruct.",
     )
     precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="Training precision; 'auto' uses bf16 autocast where the GPU has it."
+        "auto",
+        description="Weight dtype the model loads in (train, sft, eval) and the learner's "
+        "autocast; 'auto' is bf16 on a GPU that has it, float32 elsewhere. Checkpoints keep it.",
     )
+    device: str = Field(
+        "auto",
+        description="Where the model runs (train, sft, eval): 'auto' is the GPU when there is "
+        "one, else the CPU; or a torch device: 'cpu', 'cuda', 'cuda:1', ...",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute each decoder layer's activations in the backward pass (train, "
+        "sft): less memory for about a third more compute.",
+    )
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = Field(
+        "auto",
+        description="Attention kernels, passed to from_pretrained; 'auto' keeps transformers' "
+        "choice (sdpa where it can); flash_attention_2 needs a GPU and the flash-attn package.",
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _torch_device(cls, device: str) -> str:
+        import torch  # parses the name only: 'cuda:1' is a device name without a GPU too
+
+        if device != "auto":
+            try:
+                torch.device(device)
+            except RuntimeError as err:
+                raise ValueError(
+                    f"unknown device {device!r}: 'auto', 'cpu', 'cuda', 'cuda:1', ..."
+                ) from err
+        return device
 
 
 class SamplingConfig(_Section):
@@ -152,6 +183,14 @@ class PolicyConfig(_Section):
     cpu_kv_cache_gb: float = Field(
         1.0, gt=0, description="vLLM on CPU: GiB of KV cache (on a GPU, gpu_memory_utilization)."
     )
+    engine_process: Literal["auto", "in_process", "separate"] = Field(
+        "auto",
+        description="vLLM: where the engine runs: 'in_process', in the sampling process, "
+        "which hands it the weights' tensors as they are (TRL's colocate mode); 'separate', "
+        "in vLLM's own worker process, which gets them through shared memory (CPU tensors) "
+        "or CUDA IPC handles; 'auto': in_process on a GPU, separate on CPU (there an "
+        "in-process engine cuts its process's torch threads to 1).",
+    )
 
 
 class OptimConfig(_Section):
@@ -159,6 +198,13 @@ class OptimConfig(_Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     micro_batch_size: int = Field(4, ge=1, description="Trajectories per forward/backward pass.")
+    micro_batch_tokens: int | None = Field(
+        None,
+        ge=2,
+        description="Padding-free learner: micro-batches hold rows up to this many tokens in "
+        "all (the shared system prompt, run once, not counted), run as one sequence with no "
+        "padding (a longer row runs alone). None: micro_batch_size rows, right-padded.",
+    )
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
         "constant",
         description="Learning-rate schedule after warm-up: constant, or decay to 0 "

@@ -33,6 +33,7 @@ TRL_ALIASES: dict[str, str] = {
     "vllm_max_model_length": "policy.max_model_len",
     "seed": "run.seed",
     "output_dir": "run.output",
+    "gradient_checkpointing": "model.gradient_checkpointing",
 }
 
 # TRL GRPOConfig names that mean something else here: why, and what to use.
@@ -48,4 +49,7 @@ TRL_REFUSED: dict[str, str] = {
     "trained grpo.num_iterations times",
     "use_vllm": "use policy.backend=vllm",
     "log_completions": "TRL's is a switch; run.log_completions is how many are written per step",
+    "padding_free": "TRL's is a switch; here optim.micro_batch_tokens turns packing on and "
+    "sizes the micro-batches by tokens",
+    "bf16": "TRL's is a switch; use model.precision (auto, fp32, bf16)",
 }

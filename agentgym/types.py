@@ -179,25 +179,49 @@ class Batch:
         With `by_length`, rows are taken in order of length, so that each
         micro-batch holds rows of similar length and little padding.
         """
-        lengths = self.attention_mask.sum(dim=1)
-        order = torch.argsort(lengths, stable=True) if by_length else torch.arange(self.size)
-        out = []
-        for start in range(0, self.size, micro_batch_size):
-            sl = order[start : start + micro_batch_size]
-            length = int(self.attention_mask[sl].sum(dim=1).max())
-            out.append(
-                Batch(
-                    input_ids=self.input_ids[sl, :length],
-                    attention_mask=self.attention_mask[sl, :length],
-                    loss_mask=self.loss_mask[sl, : length - 1],
-                    old_logprobs=self.old_logprobs[sl, : length - 1],
-                    advantages=self.advantages[sl],
-                    is_weights=None
-                    if self.is_weights is None
-                    else self.is_weights[sl, : length - 1],
-                )
-            )
+        order = self._order(by_length)
+        return [
+            self._rows(order[start : start + micro_batch_size])
+            for start in range(0, self.size, micro_batch_size)
+        ]
+
+    def split_tokens(self, budget: int, skip: int = 0, by_length: bool = False) -> list[Batch]:
+        """Cuts the batch into micro-batches of at most `budget` tokens: the rows' lengths,
+        less the `skip` leading tokens of each (a prefix run apart), summed.
+
+        Rows are taken in order (of length, with `by_length`) and a micro-batch is
+        closed when the next row would take it past the budget. A row longer than
+        the budget on its own makes a micro-batch of its own.
+        """
+        lengths = (self.attention_mask.sum(dim=1) - skip).tolist()
+        out: list[Batch] = []
+        rows: list[int] = []
+        total = 0
+        for i in self._order(by_length).tolist():
+            if rows and total + lengths[i] > budget:
+                out.append(self._rows(torch.tensor(rows)))
+                rows, total = [], 0
+            rows.append(i)
+            total += lengths[i]
+        if rows:
+            out.append(self._rows(torch.tensor(rows)))
         return out
+
+    def _order(self, by_length: bool) -> torch.Tensor:
+        lengths = self.attention_mask.sum(dim=1)
+        return torch.argsort(lengths, stable=True) if by_length else torch.arange(self.size)
+
+    def _rows(self, rows: torch.Tensor) -> Batch:
+        """The batch's `rows`, trimmed to the longest of them."""
+        length = int(self.attention_mask[rows].sum(dim=1).max())
+        return Batch(
+            input_ids=self.input_ids[rows, :length],
+            attention_mask=self.attention_mask[rows, :length],
+            loss_mask=self.loss_mask[rows, : length - 1],
+            old_logprobs=self.old_logprobs[rows, : length - 1],
+            advantages=self.advantages[rows],
+            is_weights=None if self.is_weights is None else self.is_weights[rows, : length - 1],
+        )
 
 
 class TrainingError(RuntimeError):

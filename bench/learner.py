@@ -10,13 +10,17 @@ switched off, and take one AdamW step:
   logprobs (`_get_per_token_logps_and_entropies` with the adapters off, as its
   `_generate_and_score_completions` does), then `compute_loss` and backward
   per micro-batch of `--micro` rows, then the optimizer step.
-- agentgym: `Learner.step` on the same rows (reference, loss and backward per
+- agentgym padded: `Learner.step` on the same rows (reference, loss and backward per
   micro-batch, the shared prompt run once per step, rows grouped by length).
 
+- agentgym packed: the same with `optim.micro_batch_tokens` (the padding-free
+  learner: rows packed into one sequence, micro-batches cut by a token budget).
+
 The sides alternate, `--repeats` times each after a warm-up; the medians,
-their ratio, both losses (which must agree), the padding fraction of the
-batch, the peak RSS growth of each side and our achieved FLOP/s against a
-matmul peak measured here are printed. Needs `trl` (the `dev` extra).
+their ratios to TRL's, the first-step losses (which must agree), the padding
+fraction of the batch, the peak RSS growth of each side (its first two steps
+in a fresh process of its own) and our achieved FLOP/s against a matmul peak
+measured here are printed. Needs `trl` (the `dev` extra).
 
     python bench/learner.py                         # embedded SmolLM2-135M
     python bench/learner.py --model tiny-random --repeats 5
@@ -28,6 +32,8 @@ import argparse
 import copy
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -88,7 +94,8 @@ class TRLSide:
             output_dir=self.tmp.name, per_device_train_batch_size=args.tasks * args.group,
             num_generations=args.group, max_completion_length=args.mean_len * 4,
             beta=config.grpo.beta, epsilon=config.grpo.epsilon, loss_type="grpo",
-            learning_rate=config.optim.lr, report_to=[], use_cpu=True, bf16=False,
+            learning_rate=config.optim.lr, report_to=[], use_cpu=args.device == "cpu",
+            bf16=False,
             temperature=1.0, gradient_accumulation_steps=1, use_bias_correction_kl=False,
         )  # fmt: skip
         lora = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha,
@@ -140,7 +147,7 @@ def timed(fn) -> tuple[float, float, float]:
     return seconds, result, grown
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="embedded (default), tiny-random, a path")
     parser.add_argument("--tasks", type=int, default=2, help="B")
@@ -148,54 +155,105 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=300, help="shared prompt tokens")
     parser.add_argument("--mean-len", type=int, default=96, help="median completion tokens")
     parser.add_argument("--micro", type=int, default=4, help="rows per forward/backward")
+    parser.add_argument(
+        "--micro-tokens",
+        type=int,
+        default=None,
+        help="the packed side's optim.micro_batch_tokens; default --micro x the longest "
+        "completion's tokens (what a padded micro-batch of the longest rows holds)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    model, tokenizer = load_model_and_tokenizer(args.model)
-    config = load_config(overrides={
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (bench/gpu_check.sh)")
+    parser.add_argument("--memory-of", choices=SIDES, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+SIDES = ("padded", "packed", "trl")
+
+
+def _sides(args: argparse.Namespace, model, tokenizer, data, names=SIDES) -> dict:
+    """Each side's one-step function (returning its loss), built on its own copy of `model`."""
+    base = {
         "lora.enabled": True, "lora.r": 16, "lora.alpha": 32, "grpo.beta": 0.04,
         "optim.lr": 1e-5, "optim.micro_batch_size": args.micro, "grpo.loss": "grpo",
-    })  # fmt: skip
+    }  # fmt: skip
+    budget = args.micro_tokens or args.micro * int(data[2].sum(dim=1).max())
+    batch = ours_batch(*data)
+    sides = {}
+    for name in names:
+        torch.manual_seed(0)  # LoRA's A from the same draw on every side
+        if name == "trl":
+            trl = TRLSide(copy.deepcopy(model), tokenizer, args, load_config(overrides=base))
+            on = [t.to(args.device) for t in data]
+            sides[name] = lambda trl=trl, on=on: trl.step(*on)
+            continue
+        packed = {"optim.micro_batch_tokens": budget} if name == "packed" else {}
+        config = load_config(overrides={**base, **packed})
+        learner = Learner(copy.deepcopy(model).to(args.device), config)
+
+        def step(learner=learner) -> float:
+            stats = learner.step(batch)
+            return stats["loss/policy"] + learner.beta * stats["kl"]
+
+        sides[name] = step
+    return sides
+
+
+def _peak_growth(args: argparse.Namespace, side: str) -> float:
+    """Peak RSS growth (GB) of `side`'s first two steps, in a fresh process of its own."""
+    argv = [sys.executable, __file__, "--memory-of", side]
+    keys = ("model", "tasks", "group", "prompt", "mean_len", "micro", "micro_tokens", "device")
+    for key in keys:
+        if getattr(args, key) is not None:
+            argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    args = _arguments()
+    torch.manual_seed(0)
+    model, tokenizer = load_model_and_tokenizer(args.model)
     rows = args.tasks * args.group
     data = make_batch(len(tokenizer), rows, args.prompt, args.mean_len, seed=0)
-    batch = ours_batch(*data)
-    learner = Learner(copy.deepcopy(model), config)
-    trl = TRLSide(copy.deepcopy(model), tokenizer, args, config)
+    if args.memory_of is not None:  # a child of `_peak_growth`
+        fn = _sides(args, model, tokenizer, data, [args.memory_of])[args.memory_of]
+        grown = max(timed(fn)[2], timed(fn)[2])
+        on_gpu = args.device.startswith("cuda")
+        print(torch.cuda.max_memory_allocated() / 1e9 if on_gpu else grown)
+        return
+    sides = _sides(args, model, tokenizer, data)
     padding = 1 - float(data[2].sum()) / data[2].numel()
-
-    def ours() -> float:
-        stats = learner.step(batch)
-        return stats["loss/policy"] + learner.beta * stats["kl"]
-
     # The warm-up steps start from the same weights (LoRA's B is 0): their losses must agree.
-    peaks: dict[str, float] = {}
-    _, first_ours, peaks["agentgym"] = timed(ours)
-    _, first_trl, peaks["trl"] = timed(lambda: trl.step(*data))
-    losses = {"agentgym": first_ours, "trl": first_trl}
-    times: dict[str, list[float]] = {"agentgym": [], "trl": []}
+    losses = {name: timed(fn)[1] for name, fn in sides.items()}
+    times: dict[str, list[float]] = {name: [] for name in sides}
     for _ in range(args.repeats):
-        for name, fn in (("agentgym", ours), ("trl", lambda: trl.step(*data))):
-            seconds, _, grown = timed(fn)
-            times[name].append(seconds)
-            peaks[name] = max(peaks[name], grown)
-    ours_s, trl_s = statistics.median(times["agentgym"]), statistics.median(times["trl"])
+        for name, fn in sides.items():
+            times[name].append(timed(fn)[0])
+    median = {name: statistics.median(t) for name, t in times.items()}
+    peaks = {name: _peak_growth(args, name) for name in sides}
     tokens = int(data[2].sum())
     # forward of the reference, forward and backward of the policy: about 4 forwards' matmuls
     params = sum(p.numel() for p in model.parameters())
     processed = args.prompt + tokens  # the shared prompt runs once per step on our side
     flops = 4 * 2 * params * processed
     peak = matmul_peak()
+    budget = args.micro_tokens or args.micro * int(data[2].sum(dim=1).max())
     print(f"model {resolve_model_name(args.model)}: B={args.tasks} x G={args.group}, "
           f"prompt {args.prompt}, completions {tokens} tokens (median {args.mean_len}), "
-          f"padding {padding:.1%} of the completion block, micro-batches of {args.micro}"
+          f"padding {padding:.1%} of the completion block; padded micro-batches of "
+          f"{args.micro} rows, packed ones of at most {budget} tokens"
           )  # fmt: skip
-    print(f"agentgym step: median {ours_s:.2f} s   TRL step: median {trl_s:.2f} s   "
-          f"ratio {ours_s / trl_s:.2f}x")  # fmt: skip
-    print(f"first-step loss: agentgym {losses['agentgym']:+.6f}   TRL {losses['trl']:+.6f}")
-    print(f"peak RSS growth (the process's high-water mark, agentgym's side first): "
-          f"agentgym {peaks['agentgym']:.2f} GB   TRL {peaks['trl']:.2f} GB")  # fmt: skip
-    print(f"agentgym achieved {flops / ours_s / 1e9:.1f} GFLOP/s of a measured matmul peak "
-          f"{peak / 1e9:.1f} GFLOP/s ({flops / ours_s / peak:.0%})")  # fmt: skip
+    memory = "peak GPU" if args.device.startswith("cuda") else "peak RSS +"
+    print(f"{'side':<22}{'median step':>12}{'vs TRL':>8}{'first-step loss':>18}{memory:>12}")
+    labels = {"padded": "agentgym padded", "packed": "agentgym packed", "trl": "TRL GRPOTrainer"}
+    for name in sides:
+        print(f"{labels[name]:<22}{median[name]:>10.2f} s{median[name] / median['trl']:>7.2f}x"
+              f"{losses[name]:>+18.6f}{peaks[name]:>9.2f} GB")  # fmt: skip
+    print(f"packed / padded step: {median['packed'] / median['padded']:.2f}x")
+    achieved = flops / median["packed"]
+    print(f"agentgym packed achieved {achieved / 1e9:.1f} GFLOP/s of a measured matmul peak "
+          f"{peak / 1e9:.1f} GFLOP/s ({achieved / peak:.0%})")  # fmt: skip
 
 
 if __name__ == "__main__":

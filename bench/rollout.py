@@ -52,8 +52,9 @@ class TutorialLoopPolicy:
                  ) -> list[Generation]:  # fmt: skip
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        on = self.model.device
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=on)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=on)
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, do_sample=True,
             temperature=params.temperature, top_p=params.top_p, top_k=0,
@@ -106,7 +107,7 @@ def timed_rollout(name, policy, envs, specs, g, tokenizer, params, max_tokens):
 def run(args) -> None:
     torch.manual_seed(0)
     model, tokenizer = load_model_and_tokenizer(args.model)
-    model.eval()
+    model = model.to(args.device).eval()
     g, b = args.group_size, args.tasks
     envs = [make_env(args.env) for _ in range(b * g)]
     specs = [TaskSpec(seed=1000 + i) for i in range(b)]
@@ -153,7 +154,8 @@ def peer_rates(args) -> dict[str, float]:
     command = [args.peer_python, __file__, "--json", "--backends", args.peer_backends,
                "--env", args.env, "--tasks", str(args.tasks), "--group-size",
                str(args.group_size), "--max-new-tokens", str(args.max_new_tokens),
-               "--max-episode-tokens", str(args.max_episode_tokens)]  # fmt: skip
+               "--max-episode-tokens", str(args.max_episode_tokens),
+               "--device", args.device]  # fmt: skip
     if args.model:
         command += ["--model", args.model]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -182,6 +184,7 @@ def main() -> None:
                         "--peer-backends in this run; the ratios use its figures")  # fmt: skip
     parser.add_argument("--peer-backends", default="hf,tutorial")
     parser.add_argument("--json", action="store_true", help="print the rates as one JSON line")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (bench/gpu_check.sh)")
     run(parser.parse_args())
 
 

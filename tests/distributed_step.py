@@ -56,6 +56,10 @@ def run(overrides: dict, follow: str | None = None) -> dict:
     """
     config = load_config(overrides={"optim.lr": 1e-5, "grpo.beta": 0.04, **overrides})
     model, tokenizer = load_model_and_tokenizer("tiny-random")
+    # bench/gpu_check.sh runs the cases on a GPU: each rank's (`dist.device`), or the one named
+    on = os.environ.get("AGENTGYM_CHECK_DEVICE")
+    if on is not None:
+        model = model.to(dist.device() if dist.active() else torch.device(on))
     batch = fixed_batch(len(tokenizer))
 
     def make() -> Learner:
@@ -67,7 +71,9 @@ def run(overrides: dict, follow: str | None = None) -> dict:
     learner = make()
     grads = _gradient(learner, batch)
     metrics = [learner.step(batch) for _ in range(2)]
-    return {"grads": grads, "metrics": metrics, "steps": 2, "weights": _weights(learner)}
+    runner = type(learner._run).__name__  # what runs the model's passes (FSDP's is _Root)
+    return {"grads": grads, "metrics": metrics, "steps": 2, "weights": _weights(learner),
+            "runner": runner}  # fmt: skip
 
 
 def _followed(make, batch: Batch, how: str) -> dict:
@@ -94,7 +100,7 @@ def _followed(make, batch: Batch, how: str) -> dict:
 
 
 def _weights(learner: Learner) -> dict[str, torch.Tensor]:
-    return {name: w.clone() for name, w in learner.named_weights()}
+    return {name: w.clone().cpu() for name, w in learner.named_weights()}
 
 
 def _gradient(learner: Learner, batch: Batch) -> dict[str, torch.Tensor]:
@@ -103,7 +109,7 @@ def _gradient(learner: Learner, batch: Batch) -> dict[str, torch.Tensor]:
     for name, p in learner.model.named_parameters():
         if p.grad is not None:
             grad = p.grad.full_tensor() if learner.sharded else p.grad
-            grads[name] = grad.clone()
+            grads[name] = grad.clone().cpu()
     learner.optimizer.zero_grad(set_to_none=True)
     return grads
 

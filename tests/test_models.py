@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgym.policy import models
+from agentgym.policy import models, random_models
 from agentgym.policy.models import (
     TINY_RANDOM_VERSION,
     ModelNotFoundError,
@@ -83,7 +83,7 @@ def test_tiny_random_build_leaves_the_global_rng_alone(tmp_path: Path) -> None:
 
 def test_tiny_saved_tokenizer_matches_the_trained_one(tiny) -> None:
     _, loaded = tiny
-    trained = models._tiny_tokenizer()
+    trained = random_models.tiny_tokenizer()
     text = "Héllo wörld 🙂 x=3.25; \\boxed{42}\n\n  def f(a):\n\treturn a <tool_response>"
     assert loaded.get_vocab() == trained.get_vocab()
     assert loaded(text).input_ids == trained(text).input_ids
@@ -181,13 +181,13 @@ def test_tiny_random_loads_in_the_requested_dtype(tmp_path: Path) -> None:
 
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     calls: list[Path] = []
-    real = models._build_tiny_random
+    real = models.build_tiny_random
 
     def counting(out: Path) -> None:
         calls.append(out)
         real(out)
 
-    monkeypatch.setattr(models, "_build_tiny_random", counting)
+    monkeypatch.setattr(models, "build_tiny_random", counting)
     return calls
 
 
@@ -231,7 +231,7 @@ def test_failed_build_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.Monkey
         (out / "config.json").write_text("{}")
         raise RuntimeError("killed mid-build")
 
-    monkeypatch.setattr(models, "_build_tiny_random", crash)
+    monkeypatch.setattr(models, "build_tiny_random", crash)
     with pytest.raises(RuntimeError, match="killed mid-build"):
         load_model_and_tokenizer("tiny-random", cache_dir=tmp_path)
     assert list((tmp_path / "models").iterdir()) == []
@@ -243,7 +243,7 @@ def test_failed_build_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_losing_a_build_race_keeps_the_winners_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = models._build_tiny_random
+    real = models.build_tiny_random
     target = tmp_path / "models" / TINY_DIR
 
     def racing(out: Path) -> None:
@@ -253,7 +253,7 @@ def test_losing_a_build_race_keeps_the_winners_copy(
         other.rename(target)  # the other process publishes first
         real(out)
 
-    monkeypatch.setattr(models, "_build_tiny_random", racing)
+    monkeypatch.setattr(models, "build_tiny_random", racing)
     model, _ = load_model_and_tokenizer("tiny-random", cache_dir=tmp_path)
     assert model.config.hidden_size == 64
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [TINY_DIR]
@@ -313,7 +313,7 @@ def test_model_without_chat_template_is_refused(tmp_path: Path) -> None:
 
 
 def test_missing_pad_token_falls_back_to_eos() -> None:
-    tokenizer = models._tiny_tokenizer()
+    tokenizer = random_models.tiny_tokenizer()
     tokenizer.pad_token = None
     tokenizer.padding_side = "right"
     models._prepare_tokenizer(tokenizer, "tiny")

@@ -21,8 +21,8 @@ TRAIN = ["train", "--model", "tiny-random", "--steps", "2"]
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The names of the models anything tried to load; loading itself fails the test."""
     import agentgym.policy.models
+    import agentgym.run.resume
     import agentgym.run.sft
-    import agentgym.run.train
 
     calls: list[object] = []
 
@@ -30,7 +30,8 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         calls.append(name)
         raise AssertionError(f"a model was loaded before the config was checked: {name!r}")
 
-    for module in (agentgym.policy.models, agentgym.run.train, agentgym.run.sft):
+    # train loads through resume.load_for_training
+    for module in (agentgym.policy.models, agentgym.run.resume, agentgym.run.sft):
         monkeypatch.setattr(module, "load_model_and_tokenizer", load)
     return calls
 
@@ -81,6 +82,11 @@ INVALID = {
     "decay with no step left after warm-up": (
         ["--set", "optim.lr_scheduler=cosine", "--set", "optim.warmup_steps=2"],
         "optim.warmup_steps",
+    ),
+    "packed rows under flash attention": (
+        ["--set", "optim.micro_batch_tokens=512"]
+        + ["--set", "model.attn_implementation=flash_attention_2"],
+        "optim.micro_batch_tokens",
     ),
 }
 
@@ -173,6 +179,7 @@ WELL_DEFINED = {
     "one turn longer than the episode budget": {"sampling.max_new_tokens": 64,
                                                 "sampling.max_episode_tokens": 32},
     "micro-batch larger than the batch": {"optim.micro_batch_size": 64},
+    "token budget below an episode (a longer row runs alone)": {"optim.micro_batch_tokens": 8},
     "LoRA off with no target modules": {"lora.target_modules": []},
     "every held-out task used": {"eval.every": 1, "eval.tasks": 500, "eval.report_tasks": 0},
 }  # fmt: skip

@@ -16,7 +16,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +29,7 @@ pytest.importorskip(
 
 from agentgym.config import ConfigError, load_config  # noqa: E402
 from agentgym.env.core import make_env  # noqa: E402
+from agentgym.policy import vllm_sync  # noqa: E402
 from agentgym.policy.base import SamplingParams  # noqa: E402
 from agentgym.policy.hf import HFPolicy, stop_token_ids  # noqa: E402
 from agentgym.policy.vllm import VLLMPolicy, save_model_folder  # noqa: E402
@@ -70,8 +73,11 @@ def engine(embedded, folder):
 
 @pytest.fixture(scope="module")
 def prompts(embedded):
+    return _first_turn_prompts(embedded[1])
+
+
+def _first_turn_prompts(tokenizer) -> list[list[int]]:
     """The first-turn prompts of four tool_call tasks, as the rollout builds them."""
-    _, tokenizer = embedded
     env = make_env("tool_call")
     out = []
     for seed in range(4):
@@ -178,6 +184,134 @@ def test_synced_weights_change_greedy_output_as_in_transformers(embedded, engine
     assert after != before
     engine.load_weights(model.named_parameters())  # and back, for the tests after this one
     assert _compare_greedy(model, tokenizer, engine, prompts, "synced back") == before
+
+
+def _perturbed(model, seed: int):
+    """A copy of `model` with every weight scaled by 1 + 5% noise."""
+    changed = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.mul_(1 + 0.05 * torch.randn(p.shape, generator=g))
+    return changed
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("load_weights wrote a file")
+
+
+@pytest.mark.slow
+def test_a_sync_writes_no_file_and_releases_its_shared_block(embedded, engine, monkeypatch):
+    import safetensors.torch
+
+    from agentgym.policy import vllm as vllm_policy
+
+    model, _ = embedded
+    for module, name in (
+        (safetensors.torch, "save_file"),
+        (vllm_policy, "save_file"),
+        (tempfile, "mkstemp"),
+        (tempfile, "mkdtemp"),
+        (tempfile, "NamedTemporaryFile"),
+        (tempfile, "TemporaryDirectory"),
+    ):
+        monkeypatch.setattr(module, name, _refuse)
+    blocks: list[str] = []
+
+    class Recorded(vllm_sync.SharedMemory):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            blocks.append(self.name)
+
+    monkeypatch.setattr(vllm_sync, "SharedMemory", Recorded)
+    calls, rpc = [], engine.llm.collective_rpc
+
+    def listed_rpc(method, *args, **kwargs):
+        calls.append((method, set(os.listdir(vllm_sync.SHM_DIR))))
+        return rpc(method, *args, **kwargs)
+
+    monkeypatch.setattr(engine.llm, "collective_rpc", listed_rpc)
+    before = set(os.listdir(vllm_sync.SHM_DIR))
+    engine.load_weights(_perturbed(model, 2).named_parameters())
+    engine.load_weights(model.named_parameters())  # back, for the tests after this one
+    after = set(os.listdir(vllm_sync.SHM_DIR))
+    assert [method for method, _ in calls] == ["agentgym_load_shared"] * 2
+    assert len(set(blocks)) == 2 and not set(blocks) & before
+    assert all(block in listed for block, (_, listed) in zip(blocks, calls, strict=True))
+    assert not set(blocks) & after, "a shared block outlived its sync"
+    print(f"/dev/shm: {len(before)} entries before the syncs, {len(after)} after")
+
+
+def test_a_shared_block_carries_each_dtype_and_shape_and_is_unlinked():
+    class Catching(vllm_sync.WorkerSync):
+        def agentgym_reload(self, weights):
+            self.got = [(name, t.clone()) for name, t in weights]
+            return len(weights)
+
+    g = torch.Generator().manual_seed(0)
+    tensors = [("a", torch.randn(3, 5, generator=g)),
+               ("b", torch.randn(7, generator=g).to(torch.bfloat16)),
+               ("c", torch.tensor(3)), ("d", torch.zeros(0, 4)),
+               ("e", torch.randn(4, 6, generator=g).t()),  # not contiguous
+               ("f", torch.arange(5, dtype=torch.int8))]  # fmt: skip
+    worker = Catching()
+    with vllm_sync.shared_block(tensors) as block:
+        assert (vllm_sync.SHM_DIR / block.name).exists()
+        assert all(offset % vllm_sync.ALIGN == 0 for *_, offset in block.layout)
+        # the RPC delivers the layout's rows as lists
+        rows = [list(row) for row in block.layout]
+        assert worker.agentgym_load_shared(block.name, block.size, rows) == len(tensors)
+    assert not (vllm_sync.SHM_DIR / block.name).exists()
+    assert [name for name, _ in worker.got] == [name for name, _ in tensors]
+    for (_, got), (_, sent) in zip(worker.got, tensors, strict=True):
+        assert got.dtype == sent.dtype and torch.equal(got, sent)
+
+
+def _worker_pid(worker) -> int:
+    return os.getpid()
+
+
+def check_in_process_sync(folder: str) -> None:
+    """Syncs perturbed weights into an engine in this process, which must be handed the
+    learner's tensors themselves and then sample greedily as transformers does."""
+    from agentgym.policy.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(None)
+    model.eval()
+    prompts = _first_turn_prompts(tokenizer)
+    policy = VLLMPolicy(folder, stop_ids=stop_token_ids(model, tokenizer), in_process=True,
+                        **ENGINE)  # fmt: skip
+    try:
+        assert policy.llm.collective_rpc(_worker_pid) == [os.getpid()]
+        before = _compare_greedy(model, tokenizer, policy, prompts, "in-process, before sync")
+        handed: list[tuple[str, torch.Tensor]] = []
+        rpc = policy.llm.collective_rpc
+
+        def handing_rpc(method, *args, **kwargs):
+            handed.extend(kwargs["args"][0])
+            return rpc(method, *args, **kwargs)
+
+        policy.llm.collective_rpc = handing_rpc
+        changed = _perturbed(model, 3)
+        policy.load_weights(changed.named_parameters())
+        params = dict(changed.named_parameters())
+        assert handed and all(t.data_ptr() == params[n].data_ptr() for n, t in handed)
+        after = _compare_greedy(changed, tokenizer, policy, prompts, "in-process, after sync")
+        assert after != before
+    finally:
+        policy.close()
+
+
+@pytest.mark.slow
+def test_an_in_process_engine_is_handed_the_tensors_themselves(folder):
+    # in a process of its own: on CPU an in-process engine cuts its process's torch threads
+    # to 1 for good, which would slow the tests after this one
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"import test_vllm; test_vllm.check_in_process_sync({str(folder)!r})")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+    print("\n".join(line for line in done.stdout.splitlines() if "sync" in line))
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.slow

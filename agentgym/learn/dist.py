@@ -4,9 +4,10 @@ Under `torchrun --nproc-per-node N -m agentgym train ...` every process runs
 the same command. Rank 0 does everything a single process does (rollouts,
 evaluations, logs, checkpoints); the other ranks only hold a copy of the
 learner and step it on the batches rank 0 shares with them (the protocol is
-`agentgym.scale.dist`'s). Each rank computes the gradient of its share of the batch and the
-shares are summed (`all_reduce_grads`), so every rank takes the same optimizer
-step: the one a single process takes on the whole batch.
+`agentgym.scale.dist`'s). Each rank computes the gradient of its share of the batch and
+DistributedDataParallel sums the shares during the backward (`data_parallel`), so
+every rank takes the same optimizer step: the one a single process takes on the
+whole batch.
 
 With `distributed.learner: fsdp` no rank holds the weights or the optimizer state
 whole (`fully_shard_model`, `full_optimizer_state`); see `agentgym.scale.fsdp_sync`.
@@ -24,7 +25,6 @@ from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as tdist
-from torch.distributed.tensor import DTensor, distribute_tensor
 
 T = TypeVar("T")
 
@@ -56,7 +56,8 @@ def is_main() -> bool:
 def init(timeout_s: float = 6 * 3600) -> bool:
     """Joins the process group torchrun describes (WORLD_SIZE, RANK, LOCAL_RANK); True if it did.
 
-    NCCL with CUDA (each rank on GPU LOCAL_RANK), gloo on CPU. Nothing happens when
+    NCCL with CUDA (each rank on GPU LOCAL_RANK), gloo on CPU, or the backend
+    AGENTGYM_DIST_BACKEND names (gloo lets two ranks share one GPU). Nothing happens when
     WORLD_SIZE is unset or 1, or the group already exists. The timeout is long
     because the other ranks wait in a broadcast while rank 0 samples and evaluates;
     torchrun ends them all if one fails.
@@ -65,15 +66,18 @@ def init(timeout_s: float = 6 * 3600) -> bool:
         return False
     cuda = torch.cuda.is_available()
     if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    tdist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
+        torch.cuda.set_device(device())
+    backend = os.environ.get("AGENTGYM_DIST_BACKEND") or ("nccl" if cuda else "gloo")
+    tdist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     return True
 
 
 def device() -> torch.device:
-    """The device this rank computes on: its GPU (LOCAL_RANK) with CUDA, else the CPU."""
+    """The device this rank computes on: its GPU (LOCAL_RANK, modulo the GPUs there are:
+    ranks past them share, which NCCL refuses and gloo allows) with CUDA, else the CPU."""
     if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        return torch.device("cuda", local % torch.cuda.device_count())
     return torch.device("cpu")
 
 
@@ -156,26 +160,45 @@ def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
         _unflatten_into(flat, bucket)
 
 
-def all_reduce_grads(params: Sequence[torch.nn.Parameter]) -> None:
-    """Sums each parameter's gradient over the ranks, in place.
+def data_parallel(model: torch.nn.Module) -> Any:
+    """Wraps `model` in DistributedDataParallel; returns it as `run`, which calls
+    `fn(model, *args)` as `run(fn, *args)` through DDP's forward, with `run.no_sync()`.
 
-    A parameter no rank has a gradient for keeps `grad` None, as in one process
-    (AdamW then leaves it alone); one that only some ranks have is 0 on the others.
+    DDP's hooks all-reduce each bucket of gradients during the backward pass, as
+    soon as it is ready, overlapped with the rest of the backward, outside
+    `no_sync()` (micro-batches before a rank's last accumulate locally).
+    Gradients are summed over the ranks, not averaged: each rank's loss is
+    already weighted by its share of the batch. Every rank must call it at the
+    same point (DDP checks that the ranks' parameters agree; `broadcast_module`
+    made them equal).
     """
-    if not active():
-        return
-    on = _collective_device()
-    has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=on)
-    tdist.all_reduce(has, op=tdist.ReduceOp.MAX)
-    reduced = [p for p, h in zip(params, has.tolist(), strict=True) if h]
-    for p in reduced:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    # every one set just above
-    for bucket in _buckets(cast(list[torch.Tensor], [p.grad for p in reduced])):
-        flat = torch.cat([g.reshape(-1) for g in bucket])
-        tdist.all_reduce(flat)
-        _unflatten_into(flat, bucket)
+    from torch.nn.parallel import DistributedDataParallel
+
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    ddp = DistributedDataParallel(
+        _Root(model),
+        device_ids=[device()] if on_gpu else None,
+        broadcast_buffers=False,
+        init_sync=False,
+    )
+    ddp.register_comm_hook(None, _sum_hook)
+    return ddp
+
+
+def _sum_hook(state: object, bucket: tdist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's communication hook: the bucket summed over the ranks (DDP's own averages)."""
+    work = tdist.all_reduce(bucket.buffer(), async_op=True)
+    summed: torch.futures.Future[torch.Tensor] = work.get_future().then(
+        lambda done: done.value()[0]
+    )
+    return summed
+
+
+# DDP reads the hook's annotations and wants the class itself, not the string that
+# `from __future__ import annotations` leaves
+_sum_hook.__annotations__.update(
+    {"bucket": tdist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+)
 
 
 class _Root(torch.nn.Module):
@@ -223,43 +246,62 @@ def fully_shard_model(model: torch.nn.Module) -> Callable[..., Any]:
     return root
 
 
-def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def full_optimizer_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
     """`optimizer.state_dict()` of sharded parameters as one process would have it: each
-    sharded state tensor (AdamW's moments) gathered whole, on the CPU.
+    sharded state tensor (AdamW's moments) gathered whole, on the CPU, by
+    `torch.distributed.checkpoint.state_dict`.
 
-    Every rank must call it, in step: each tensor is gathered from all ranks. Only rank 0
-    keeps the gathered tensors; on the others they read None, so that no rank but the
-    one that writes checkpoints holds a second whole copy of the optimizer state.
+    Every rank must call it, in step. Only rank 0 keeps the gathered tensors
+    (`cpu_offload`); the others get an empty state. The result is keyed as
+    `optimizer.state_dict()` keys it, by each parameter's index, so a checkpoint
+    reads the same however its run was spread.
     """
-    packed = optimizer.state_dict()
-    state = {}
-    for index in sorted(packed["state"]):  # the same order on every rank
-        state[index] = {key: _gathered(value) for key, value in packed["state"][index].items()}
-    return {**packed, "state": state}
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    # torch types the state dict as nested unions of its leaf types; it is plain dicts
+    by_name: dict[str, Any] = cast(Any, get_optimizer_state_dict(model, optimizer, options=options))
+    if not by_name:  # a rank but 0, with cpu_offload
+        return {"state": {}, "param_groups": []}
+    names = [name for group in by_name["param_groups"] for name in group["params"]]
+    index = {name: i for i, name in enumerate(names)}
+    groups, start = [], 0
+    for group in by_name["param_groups"]:
+        count = len(group["params"])
+        groups.append({**group, "params": list(range(start, start + count))})
+        start += count
+    state = {index[name]: entry for name, entry in by_name["state"].items()}
+    return {"state": dict(sorted(state.items())), "param_groups": groups}
 
 
-def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+def load_full_optimizer_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> None:
     """Loads a whole optimizer state (one process's, or `full_optimizer_state`'s) into an
-    optimizer of sharded parameters: each rank keeps its own shard of each tensor, cut
-    from the whole one it read, with no communication."""
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    shards = {}
-    for index, entry in state["state"].items():
-        param = params[int(index)]
-        shards[index] = {
-            key: distribute_tensor(value, param.device_mesh, param.placements, src_data_rank=None)
-            if isinstance(param, DTensor) and torch.is_tensor(value) and value.shape == param.shape
-            else value
-            for key, value in entry.items()
-        }
-    optimizer.load_state_dict({**state, "state": shards})
+    optimizer of sharded parameters, by `torch.distributed.checkpoint.state_dict`:
+    each rank keeps its own shard of each tensor, cut from the whole one it read."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
 
-
-def _gathered(value: Any) -> Any:
-    if not isinstance(value, DTensor):
-        return value
-    whole = value.full_tensor()
-    return whole.cpu() if is_main() else None
+    # the names `torch.distributed.checkpoint` gives the optimizer's parameters, in order
+    empty: dict[str, Any] = cast(Any, get_optimizer_state_dict(model, optimizer))
+    names = [name for group in empty["param_groups"] for name in group["params"]]
+    groups = [
+        {**group, "params": [names[int(i)] for i in group["params"]]}
+        for group in state["param_groups"]
+    ]
+    entries = {names[int(i)]: entry for i, entry in state["state"].items()}
+    set_optimizer_state_dict(
+        model,
+        optimizer,
+        cast(Any, {"state": entries, "param_groups": groups}),
+        options=StateDictOptions(full_state_dict=True),
+    )
 
 
 def _collective_device() -> torch.device:

@@ -111,10 +111,16 @@ class Learner:
             if reference is not None:
                 dist.broadcast_module(frozen)
             self.reference = frozen.eval().requires_grad_(False)
-        self._run = _runner(self.model, self.sharded)
+        self.data_parallel = dist.active() and not self.sharded
+        # DistributedDataParallel's module runs `fn(model, *args)` as a Runner does
+        self._ddp = dist.data_parallel(self.model) if self.data_parallel else None
+        self._run: Runner = self._ddp or _runner(self.model, self.sharded)
         self._run_reference = self._run
         if self.reference is not None:
             self._run_reference = _runner(self.reference, self.sharded)
+        # a prefix run apart goes back through the model outside FSDP's and DDP's hooks,
+        # and checkpointed layers drop the cache it is handed in: then rows run whole
+        self.share_prefix = not (self.sharded or self.data_parallel or _checkpointing(self.model))
         self.loss_fn = grpo.get_policy_loss(config.grpo.loss)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
@@ -124,6 +130,8 @@ class Learner:
             self.optimizer, lambda done: lr_factor(config, done)
         )
         self.autocast = self._autocast_dtype()
+        self.packed = config.optim.micro_batch_tokens is not None
+        """Rows run packed, without padding (`optim.micro_batch_tokens`)."""
 
     def _autocast_dtype(self) -> torch.dtype | None:
         precision = self.config.model.precision
@@ -154,7 +162,9 @@ class Learner:
             return None
         temperature = self.config.sampling.temperature
         with self._forward_context(), self._as_reference() as run:
-            return run(token_logprobs, batch, temperature, prefix, not self.sharded)[0]
+            return run(token_logprobs, batch, temperature, prefix, self.share_prefix, self.packed)[
+                0
+            ]
 
     @contextlib.contextmanager
     def _as_reference(self) -> Iterator[Runner]:
@@ -207,7 +217,7 @@ class Learner:
         (`dist.full_optimizer_state`): every rank must call this, in step.
         """
         optimizer = (
-            dist.full_optimizer_state(self.optimizer)
+            dist.full_optimizer_state(self.model, self.optimizer)
             if self.sharded
             else self.optimizer.state_dict()
         )
@@ -217,7 +227,7 @@ class Learner:
         """Restores what `state_dict` returned (a resumed run); when `sharded`, each rank
         keeps its shard of the whole optimizer state."""
         if self.sharded:
-            dist.load_full_optimizer_state(self.optimizer, state["optimizer"])
+            dist.load_full_optimizer_state(self.model, self.optimizer, state["optimizer"])
         else:
             self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -233,7 +243,7 @@ class Learner:
         """
         batch = _to(batch, next(self.model.parameters()).device)
         select = self._select if dist.active() else None
-        shared = shared_prefix_length(batch) if batch.size > 1 and not self.sharded else 0
+        shared = shared_prefix_length(batch) if batch.size > 1 and self.share_prefix else 0
         ref_prefix = None
         # read from the module, as `backward_micro_batches` reads it: a test that sets
         # logprobs.MIN_SHARED_PREFIX changes both
@@ -252,32 +262,33 @@ class Learner:
             loss_fn,
             self._forward_context,
             select,
-            share_prefix=not self.sharded,
+            share_prefix=self.share_prefix,
+            micro_batch_tokens=self.config.optim.micro_batch_tokens,
+            no_sync=self._ddp.no_sync if self._ddp is not None else None,
         )
         totals = {key: sum(p[key] for p in parts) for key in LOSS_METRICS}
         if select is None:
             # what follows runs under torchrun only, whose tests run in subprocesses
             # (tests/test_distributed_learner.py): mutation testing cannot reach it
             return totals
-        if not self.sharded:  # FSDP sums each layer's gradients itself, in its backward
-            dist.all_reduce_grads([p for p in self.model.parameters() if p.requires_grad])
+        # DDP (`dist.data_parallel`) and FSDP summed the gradients over the ranks in the backward
         return dist.all_reduce_sum(totals, LOSS_METRICS)
 
     def _select(self, micro_batches: list[Batch]) -> list[Batch]:
-        """This rank's micro-batches; with FSDP, as many on every rank (empty ones added)."""
+        """This rank's micro-batches; with FSDP, as many on every rank, and with DDP at
+        least one, whose backward sums the gradients (empty ones added)."""
         mine = dist.shard(micro_batches)
-        if self.sharded:
-            rounds = -(-len(micro_batches) // dist.world_size())
-            mine += [_empty(micro_batches[0])] * (rounds - len(mine))
-        return mine
+        rounds = -(-len(micro_batches) // dist.world_size()) if self.sharded else 1
+        return mine + [_empty(micro_batches[0])] * (rounds - len(mine))
 
     def _loss(
         self, micro: Batch, ref_prefix: Prefix | None, prefix: Prefix | None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         ref = self._reference_logprobs(micro, ref_prefix)
         with self._forward_context():
+            temperature = self.config.sampling.temperature
             logp, entropy = self._run(
-                token_logprobs, micro, self.config.sampling.temperature, prefix, not self.sharded
+                token_logprobs, micro, temperature, prefix, self.share_prefix, self.packed
             )
         out = self.loss_fn(
             logp,
@@ -313,11 +324,18 @@ class Learner:
         up to float rounding.
         """
         batch = _to(batch, next(self.model.parameters()).device)
-        size, temperature = self.config.optim.micro_batch_size, self.config.sampling.temperature
+        optim, temperature = self.config.optim, self.config.sampling.temperature
         out, start = torch.zeros_like(batch.old_logprobs), 0
-        for micro in batch.split(size):  # in order: row i of the batch is row i of `out`
+        micro_batches = (  # in order: row i of the batch is row i of `out`
+            batch.split(optim.micro_batch_size)
+            if optim.micro_batch_tokens is None
+            else batch.split_tokens(optim.micro_batch_tokens)
+        )
+        for micro in micro_batches:
             with self._forward_context():
-                logp = self._run(token_logprobs, micro, temperature, None, not self.sharded)[0]
+                logp = self._run(
+                    token_logprobs, micro, temperature, None, self.share_prefix, self.packed
+                )[0]
             out[start : start + micro.size, : logp.shape[1]] = logp.float()
             start += micro.size
         return out
@@ -366,6 +384,12 @@ def _runner(model: torch.nn.Module, sharded: bool) -> Runner:
     if sharded:
         return dist.fully_shard_model(model)
     return lambda fn, *args: fn(model, *args)
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Whether layers of `model` recompute their activations in the backward (transformers'
+    `gradient_checkpointing` flag, as its `is_activation_checkpointing` reads it)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
 def _empty(micro: Batch) -> Batch:

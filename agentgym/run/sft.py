@@ -24,7 +24,7 @@ from agentgym.env.core import AgentEnv, make_env
 from agentgym.learn.logprobs import Prefix, backward_micro_batches, token_logprobs
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams
-from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.policy.models import load_dtype, load_model_and_tokenizer, place
 from agentgym.rollout.episodes import TaskSpec, collect
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.types import Batch, Trajectory
@@ -68,10 +68,34 @@ def demonstrations(config: Config, tokenizer, count: int, seed: int) -> list[Tra
         env.close()
 
 
-def sft_loss(model, batch: Batch, prefix: Prefix | None = None) -> torch.Tensor:
-    """Mean negative log-likelihood of the batch's mask-1 (assistant) tokens."""
-    logp, _ = token_logprobs(model, batch, temperature=1.0, prefix=prefix)
+def sft_loss(
+    model,
+    batch: Batch,
+    prefix: Prefix | None = None,
+    share_prefix: bool = True,
+    packed: bool = False,
+) -> torch.Tensor:
+    """Mean negative log-likelihood of the batch's mask-1 (assistant) tokens (`packed`: the
+    rows run as one sequence, without padding)."""
+    logp, _ = token_logprobs(model, batch, 1.0, prefix, share_prefix, packed)
     return -(logp * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
+
+
+def enable_gradient_checkpointing(model: PreTrainedModel, *, lora: bool) -> None:
+    """Recomputes each decoder layer's activations in the backward pass (non-reentrant).
+
+    With LoRA the frozen embeddings' output is made to require grad, as peft does, so a
+    checkpointed layer always has an input that gradients flow back through. A checkpointed
+    layer drops the KV cache it is given, so a batch's shared prefix cannot be run once
+    (`agentgym.learn.logprobs.run_prefix`): with checkpointing on, every row runs whole.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name for it
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if lora:
+        model.enable_input_require_grads()
 
 
 def warm_up(
@@ -82,9 +106,14 @@ def warm_up(
     With LoRA on, the adapters are trained and then merged into the weights, so
     the returned model is a plain model: GRPO's own adapters and its KL
     reference (the adapters switched off) then start from the SFT model.
-    `advance()` is called after each step.
+    `advance()` is called after each step. Under `model.gradient_checkpointing`
+    (which the caller turned on) no prefix is shared: a checkpointed layer drops
+    the prefix's KV cache. `optim.micro_batch_tokens` packs micro-batches as the
+    learner does.
     """
     s = config.sft
+    share = not config.model.gradient_checkpointing
+    budget = config.optim.micro_batch_tokens
     model = wrap_lora(model, config) if config.lora.enabled else model
     demos = demonstrations(config, tokenizer, s.demonstrations, config.run.seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -101,10 +130,15 @@ def warm_up(
         tokens = batch.loss_mask.sum().clamp(min=1)
 
         def loss_fn(micro: Batch, prefix: Prefix | None, tokens=tokens):
-            part = sft_loss(model, micro, prefix) * (micro.loss_mask.sum() / tokens)
+            part = sft_loss(model, micro, prefix, share, budget is not None)
+            part = part * (micro.loss_mask.sum() / tokens)
             return part, part.item()
 
-        loss = sum(backward_micro_batches(model, batch, config.optim.micro_batch_size, loss_fn))
+        size = config.optim.micro_batch_size
+        parts = backward_micro_batches(
+            model, batch, size, loss_fn, share_prefix=share, micro_batch_tokens=budget
+        )
+        loss = sum(parts)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.max_grad_norm)
         optimizer.step()
         records.append(
@@ -131,7 +165,13 @@ def sft(config: Config) -> Path:
     assert config.run.output is not None  # the CLI names the run's folder first
     out = Path(config.run.output)
     torch.manual_seed(config.run.seed)
-    model, tokenizer = load_model_and_tokenizer(config.model.name)
+    m = config.model
+    model, tokenizer = load_model_and_tokenizer(
+        m.name, dtype=load_dtype(m), attn_implementation=m.attn_implementation
+    )
+    model = place(model, m)
+    if m.gradient_checkpointing:
+        enable_gradient_checkpointing(model, lora=config.lora.enabled)
     out.mkdir(parents=True, exist_ok=True)
     model, records = warm_up(model, tokenizer, config)
     with open(out / "metrics.jsonl", "a") as log:

@@ -21,12 +21,11 @@ from agentgym.eval.plots import training_curves
 from agentgym.learn import grpo
 from agentgym.learn.learner import Learner
 from agentgym.policy.base import Policy, as_policy
-from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.sampler import InProcessSampler, Sampler
 from agentgym.run import preflight, setup
 from agentgym.run.interrupt import StopRequest
-from agentgym.run.resume import Progress, RunState, restore
+from agentgym.run.resume import Progress, RunState, load_for_training, restore
 from agentgym.run.runlog import failure_metrics, rollout_metrics
 from agentgym.run.setup import Run
 from agentgym.run.update import learner_steps
@@ -141,8 +140,8 @@ def _lead(config: Config, resume: Path | None) -> Path:
     """`train` in one process, or on rank 0."""
     run = Run.begin(config, resume)
     try:
-        model, tokenizer = load_model_and_tokenizer(run.start_model)
-        model = setup.on_device(model)
+        model, tokenizer = load_for_training(config, run.start_model)
+        model = setup.on_device(model, config)
         run.open(tokenizer)
         with Stages() as stages, StopRequest(stages.print) as stop:
             if run.state is None:

@@ -3,9 +3,10 @@
 Each worker is a Ray actor with its own policy and its own environments: a copy
 of the model (the run's start model, LoRA-wrapped as the learner's is) sampled
 by `HFPolicy`, or, with `policy.backend: vllm`, a vLLM engine of its own
-(`VLLMPolicy`, in a process the actor starts). A step's task groups are spread
-over the workers whole and in order (all G episodes of a task on one worker),
-each worker runs the ordinary `rollout.collect` on its share, and the
+(`VLLMPolicy`: in the actor's process on a GPU, in one it starts on CPU). A
+step's task groups are spread over the workers whole and in order (all G
+episodes of a task on one worker), each worker runs the ordinary
+`rollout.collect` on its share, and the
 trajectories come back in the order the in-process rollout would give them.
 Sampling draws each episode's random numbers from a stream named by (seed, task,
 member, turn), so an episode does not depend on which worker plays it nor on
