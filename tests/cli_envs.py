@@ -7,6 +7,8 @@ from. `LookupEnv` is a custom tool environment: one `@tool` function.
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 
 from agentgym.env.core import AgentEnv, Feedback, Task
@@ -54,6 +56,20 @@ class TaughtDigitsEnv(DigitsEnv):
 
 if "cli_envs/TaughtDigits-v0" not in gym.registry:
     gym.register(id="cli_envs/TaughtDigits-v0", entry_point=TaughtDigitsEnv, max_episode_steps=1)
+
+
+class PlayedDigitsEnv(DigitsEnv):
+    """`DigitsEnv` that notes which process played each episode: a line "pid task_id"
+    per reply, in the file AGENTGYM_TEST_PLAYED names (for torchrun's ranks)."""
+
+    def respond(self, action):
+        with open(os.environ["AGENTGYM_TEST_PLAYED"], "a") as f:
+            f.write(f"{os.getpid()} {self.task.task_id}\n")
+        return super().respond(action)
+
+
+if "cli_envs/PlayedDigits-v0" not in gym.registry:
+    gym.register(id="cli_envs/PlayedDigits-v0", entry_point=PlayedDigitsEnv, max_episode_steps=1)
 
 
 @tool

@@ -125,6 +125,16 @@ def broadcast_object(obj: T, src: int = 0) -> T:
     return box[0]
 
 
+def gather_to_main(obj: T) -> list[T]:
+    """Every rank's `obj`, by rank, on rank 0 (pickled); an empty list on the others, and
+    `[obj]` in one process."""
+    if not active():
+        return [obj]
+    box: list[T] | None = [obj] * world_size() if is_main() else None
+    tdist.gather_object(obj, box, dst=0)
+    return box if box is not None else []
+
+
 def shard(items: Sequence[T]) -> list[T]:
     """This rank's items: every world_size-th from position rank (round robin); all of
     them in one process.

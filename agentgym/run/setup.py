@@ -54,7 +54,7 @@ from agentgym.run.resume import (
 from agentgym.run.runlog import RunLog, truncate_logs
 from agentgym.run.sft import enable_gradient_checkpointing, warm_up
 from agentgym.scale import dist, fsdp_sync
-from agentgym.scale.samplers import make_sampler, sampler_envs
+from agentgym.scale.samplers import make_sampler, play_share, ranks_sample, sampler_envs
 from agentgym.types import Trajectory
 
 EVAL_METRICS = {
@@ -286,13 +286,17 @@ def closing_report(rs: RunState, policy: Policy, report_set: HeldOut, stages: St
 
 def follow(config: Config, resume: Path | None) -> Path:
     """A rank other than 0: builds its learner when rank 0 builds its own (rank 0's
-    weights are copied in), then steps it on the batches rank 0 shares. Writes nothing."""
+    weights are copied in), then steps it on the batches rank 0 shares, and plays its
+    share of each step's episodes when the ranks sample (`ranks_sample`). Writes nothing."""
     seed_everything(config.run.seed)
     state = resume_state(resume) if resume is not None else None
     start_model = state.start_model if state else config.model.name
+    envs: list[Any] = []
+    tokenizers: list[Any] = []
 
     def build() -> Learner:
-        model, _ = load_for_training(config, start_model)
+        model, tokenizer = load_for_training(config, start_model)
+        tokenizers.append(tokenizer)
         model = model.to(dist.device())
         if config.model.gradient_checkpointing:
             enable_gradient_checkpointing(model, lora=config.lora.enabled)
@@ -301,7 +305,16 @@ def follow(config: Config, resume: Path | None) -> Path:
             learner.load_state_dict(read_trainer(resume)["learner"])
         return learner
 
-    dist.follow(build)
+    def sample(learner: Learner, payload: Any) -> list[Trajectory]:
+        envs[:] = envs or sampler_envs(config)
+        policy = HFPolicy(learner.model, tokenizers[-1])
+        return play_share(envs, policy, tokenizers[-1], payload)
+
+    try:
+        dist.follow(build, sample if ranks_sample(config) else None)
+    finally:
+        for env in envs:
+            env.close()
     assert config.run.output is not None  # the CLI names the run's folder first
     return Path(config.run.output)
 

@@ -1,10 +1,11 @@
 """Rank 0's lead of a torch.distributed learner: every other rank follows its messages.
 
 Under `torchrun --nproc-per-node N -m agentgym train ...` every process runs
-the same command. Rank 0 does everything a single process does (rollouts,
-evaluations, logs, checkpoints); the other ranks only hold a copy of the
-learner and step it on the batches rank 0 shares with them (`share_step`,
-`follow`).
+the same command. Rank 0 does everything a single process does (evaluations,
+logs, checkpoints, advantages); the other ranks hold a copy of the learner, play
+their share of each step's episodes when rank 0 asks (`share_sample`: a DDP
+learner sampling in process, `agentgym.scale.samplers.RankSampler`) and step the
+learner on the batches rank 0 shares with them (`share_step`, `follow`).
 
 With `distributed.learner: fsdp` no rank holds the weights or the optimizer state
 whole; rank 0 has every rank take part when it gathers them, for its sampler
@@ -21,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -36,6 +37,7 @@ from agentgym.learn.dist import (
     device,
     full_optimizer_state,
     fully_shard_model,
+    gather_to_main,
     group_outlived_shutdown,
     init,
     is_main,
@@ -48,6 +50,8 @@ from agentgym.learn.dist import (
 from agentgym.learn.learner import Learner
 from agentgym.types import Batch
 
+T = TypeVar("T")
+
 __all__ = [
     "BUCKET_BYTES",
     "active",
@@ -59,6 +63,7 @@ __all__ = [
     "data_parallel",
     "device",
     "follow",
+    "gather_to_main",
     "full_optimizer_state",
     "fully_shard_model",
     "group_outlived_shutdown",
@@ -68,6 +73,7 @@ __all__ = [
     "rank",
     "release_followers",
     "shard",
+    "share_sample",
     "share_state",
     "share_step",
     "share_weights",
@@ -108,20 +114,29 @@ def share_state(learner: Learner) -> dict[str, Any]:
     return learner.state_dict()
 
 
+def share_sample(payload: Any, mine: Callable[[], T]) -> list[T]:
+    """Rank 0 has every rank play its share of a step's episodes: sends `payload` to the
+    other ranks' `follow` loops (whose `sample` plays their share of it), runs `mine()`
+    for its own share, and returns every rank's result, by rank."""
+    broadcast_object(("sample", payload, None))
+    return gather_to_main(mine())
+
+
 def release_followers() -> None:
     """Rank 0 tells the other ranks' `follow` loops that the run is over."""
     if is_main():
         broadcast_object(("stop", None, None))
 
 
-def follow(make: Callable[[], Learner]) -> int:
+def follow(make: Callable[[], Learner], sample: Callable[[Learner, Any], Any] | None = None) -> int:
     """The whole run of a rank other than 0; returns the learner steps it took.
 
     It builds its learner with `make()` when rank 0 builds its own (`build_learner`),
     steps it on each batch rank 0 shares (`share_step`), takes part in gathering its
     weights and its optimizer state when rank 0 does (`share_weights`, `share_state`),
-    and returns when rank 0 releases it (`release_followers`), which may come before
-    any learner is built.
+    plays its share of a step's episodes with `sample(learner, payload)` when rank 0
+    has the ranks sample (`share_sample`), and returns when rank 0 releases it
+    (`release_followers`), which may come before any learner is built.
     SIGINT and SIGTERM are ignored meanwhile: rank 0 decides when the run stops
     (after the current step, with a checkpoint), then releases this rank.
     """
@@ -144,6 +159,8 @@ def follow(make: Callable[[], Learner]) -> int:
                     pass
             elif kind == "state":
                 learner.state_dict()
+            elif kind == "sample" and sample is not None:
+                gather_to_main(sample(learner, batch))
             else:
                 raise RuntimeError(f"unknown message from rank 0: {kind!r}")
 

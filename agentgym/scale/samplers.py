@@ -7,6 +7,8 @@ loop only sees the `agentgym.rollout.sampler.Sampler` it returns.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
@@ -16,8 +18,15 @@ from agentgym.config import Config
 from agentgym.env.core import make_env
 from agentgym.policy.base import Policy, SamplingParams
 from agentgym.rollout.episodes import TaskSpec
-from agentgym.rollout.sampler import InProcessSampler, QueuedSampler, Sampler, WeightSource
-from agentgym.scale.ray_rollout import RayRollout
+from agentgym.rollout.sampler import (
+    InProcessSampler,
+    QueuedSampler,
+    Sampler,
+    WeightSource,
+    play,
+)
+from agentgym.scale import dist
+from agentgym.scale.ray_rollout import RayRollout, spread_groups
 from agentgym.types import Trajectory
 
 
@@ -50,6 +59,54 @@ class RaySampler(QueuedSampler):
         self.rollout.close()
 
 
+class RankSampler(InProcessSampler):
+    """Every torchrun rank plays its share of each step's task groups with its own copy of
+    the learner's model (`distributed.learner` ddp: the copies are equal after every step);
+    rank 0 gathers them, in order. The other ranks play theirs in `play_share`, called by
+    their `dist.follow` loop. Each episode draws from its own random stream (seed, task,
+    member, turn), so it does not depend on which rank plays it."""
+
+    def _play(
+        self,
+        specs: Sequence[TaskSpec],
+        group_size: int,
+        params: SamplingParams,
+        max_tokens: int | None,
+    ) -> list[Trajectory]:
+        payload = (list(specs), group_size, params, max_tokens)
+        shares = dist.share_sample(
+            payload, lambda: play_share(self.envs, self.policy, self.tokenizer, payload)
+        )
+        spans = spread_groups(len(specs), dist.world_size())
+        return [replace(t, group=t.group + span.start) for span, played in
+                zip(spans, shares, strict=True) for t in played]  # fmt: skip
+
+
+def play_share(
+    envs: Sequence[gym.Env], policy: Policy, tokenizer: PreTrainedTokenizerBase, payload: Any
+) -> list[Trajectory]:
+    """This rank's share of a step's task groups (`spread_groups`), played; their `group`
+    numbers count within the share."""
+    specs, group_size, params, max_tokens = payload
+    span = spread_groups(len(specs), dist.world_size())[dist.rank()]
+    if not len(span):
+        return []
+    mine = specs[span.start : span.stop]
+    return play(envs, mine, group_size, policy, tokenizer, params, max_tokens)
+
+
+def ranks_sample(config: Config) -> bool:
+    """Whether every torchrun rank samples its share: a DDP learner (its ranks hold whole,
+    equal models) sampling with transformers in process; otherwise rank 0 samples all."""
+    d = config.distributed
+    return (
+        dist.active()
+        and d.learner == "ddp"
+        and d.backend == "none"
+        and config.policy.backend == "hf"
+    )
+
+
 def sampler_envs(config: Config) -> list[gym.Env]:
     """The environments an in-process sampler plays in: tasks_per_step x group_size of
     them (none with Ray: the workers make their own)."""
@@ -69,7 +126,10 @@ def make_sampler(
 ) -> Sampler:
     """The run's sampler: `distributed.backend: ray` starts Ray workers that load
     `start_model` and then `weights()`; otherwise `policy` plays in `envs`
-    (`sampler_envs`; the sampler closes them)."""
+    (`sampler_envs`; the sampler closes them), and under torchrun every rank plays its
+    share (`ranks_sample`)."""
     if config.distributed.backend == "ray":
         return RaySampler(RayRollout(config, start_model, weights()))
+    if ranks_sample(config):
+        return RankSampler(envs, policy, tokenizer)
     return InProcessSampler(envs, policy, tokenizer)
