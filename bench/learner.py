@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import resource
 import statistics
 import subprocess
 import sys
@@ -138,13 +137,25 @@ class TRLSide:
 
 
 def timed(fn) -> tuple[float, float, float]:
-    """(seconds, result, peak RSS growth in GB) of one call."""
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """(seconds, result, peak RSS growth in GB) of one call: the process's peak resident set
+    (VmHWM, reset first through /proc/self/clear_refs) less its resident set before."""
+    _reset_peak()
+    before = _status_kb("VmRSS")
     start = time.perf_counter()
     result = fn()
     seconds = time.perf_counter() - start
-    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1e6
-    return seconds, result, grown
+    return seconds, result, (_status_kb("VmHWM") - before) / 1e6
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Linux: resets the peak resident set size (VmHWM) to the current one
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith(f"{field}:"))
+    return int(line.split()[1])
 
 
 def _arguments() -> argparse.Namespace:
