@@ -63,6 +63,8 @@ class _LossField(MutableMapping[str, Any]):
         return len(LOSSES)
 
 
+# built as the package is imported, before mutmut's workers fork and switch a mutant on: its
+# mutants of _LossField.__init__ survive unseen (tests/test_loss_registry.py reads both views)
 POLICY_LOSSES: MutableMapping[str, PolicyLossFn] = _LossField("fn")
 MICRO_BATCH_WEIGHTS: MutableMapping[str, Literal["sequences", "tokens"]] = _LossField("weight")
 """The functions and the micro-batch weights of `LOSSES`, by name (views of it)."""
