@@ -78,8 +78,10 @@ class RankSampler(InProcessSampler):
             payload, lambda: play_share(self.envs, self.policy, self.tokenizer, payload)
         )
         spans = spread_groups(len(specs), dist.world_size())
-        return [replace(t, group=t.group + span.start) for span, played in
-                zip(spans, shares, strict=True) for t in played]  # fmt: skip
+        out = []
+        for span, played in zip(spans, shares, strict=True):
+            out += [replace(t, group=t.group + span.start) for t in played]
+        return out
 
 
 def play_share(
