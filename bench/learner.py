@@ -188,7 +188,7 @@ def _sides(args: argparse.Namespace, model, tokenizer, data, names=SIDES) -> dic
         "lora.enabled": True, "lora.r": 16, "lora.alpha": 32, "grpo.beta": 0.04,
         "optim.lr": 1e-5, "optim.micro_batch_size": args.micro, "grpo.loss": "grpo",
     }  # fmt: skip
-    budget = args.micro_tokens or args.micro * int(data[2].sum(dim=1).max())
+    budget = packed_budget(args, data)
     batch = ours_batch(*data)
     sides = {}
     for name in names:
@@ -208,6 +208,11 @@ def _sides(args: argparse.Namespace, model, tokenizer, data, names=SIDES) -> dic
 
         sides[name] = step
     return sides
+
+
+def packed_budget(args: argparse.Namespace, data) -> int:
+    """The packed side's token budget: `--micro-tokens`, else `--micro` x the longest row."""
+    return args.micro_tokens or args.micro * int(data[2].sum(dim=1).max())
 
 
 def _peak_growth(args: argparse.Namespace, side: str) -> float:
@@ -249,7 +254,7 @@ def main() -> None:
     processed = args.prompt + tokens  # the shared prompt runs once per step on our side
     flops = 4 * 2 * params * processed
     peak = matmul_peak()
-    budget = args.micro_tokens or args.micro * int(data[2].sum(dim=1).max())
+    budget = packed_budget(args, data)
     print(f"model {resolve_model_name(args.model)}: B={args.tasks} x G={args.group}, "
           f"prompt {args.prompt}, completions {tokens} tokens (median {args.mean_len}), "
           f"padding {padding:.1%} of the completion block; padded micro-batches of "

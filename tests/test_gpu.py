@@ -21,7 +21,7 @@ from agentgym.cli import main
 from agentgym.config import load_config
 from agentgym.learn.learner import Learner
 from agentgym.learn.logprobs import token_logprobs
-from agentgym.run import setup
+from agentgym.run import sft
 
 NAMED = os.environ.get("AGENTGYM_CHECK_DEVICE")
 DEVICE = torch.device(NAMED or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -42,14 +42,14 @@ SMALL = ["--model", "tiny-random", "--env", "tool_call", "--set", f"model.device
 def placed(monkeypatch) -> list[torch.device]:
     """Where each model `train` placed landed (the real placement, recorded)."""
     devices: list[torch.device] = []
-    real = setup.place
+    real = sft.place
 
     def recording(model, config):
         model = real(model, config)
         devices.append(next(model.parameters()).device)
         return model
 
-    monkeypatch.setattr(setup, "place", recording)
+    monkeypatch.setattr(sft, "place", recording)
     return devices
 
 

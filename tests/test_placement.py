@@ -13,6 +13,7 @@ import dataclasses
 import pytest
 import torch
 from safetensors import safe_open
+from test_learner_gradient import _applied_gradient
 
 from agentgym import records
 from agentgym.cli import main
@@ -21,7 +22,7 @@ from agentgym.learn.learner import Learner
 from agentgym.learn.logprobs import MIN_SHARED_PREFIX, shared_prefix_length
 from agentgym.policy import models
 from agentgym.policy.models import load_dtype, load_model_and_tokenizer, model_device, place
-from agentgym.run import setup, sft
+from agentgym.run import sft
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.types import Batch
 
@@ -112,7 +113,7 @@ def test_eval_places_the_model_and_the_baseline_it_loaded(tmp_path, monkeypatch)
 def test_sft_places_the_model_it_loaded_and_saves_its_bf16_weights(tmp_path, monkeypatch):
     placements, loads = Placements(), Loads()
     monkeypatch.setattr(sft, "place", placements)
-    monkeypatch.setattr(sft, "load_model_and_tokenizer", loads)
+    monkeypatch.setattr(models, "load_model_and_tokenizer", loads)
     argv = ["sft", "--env", "tool_call", "--model", "tiny-random", "--steps", "1", *SMALL_SFT]
     sets = ["--set", "model.device=meta", "--set", "model.precision=bf16"]
     assert main([*argv, *sets, "--output", str(tmp_path / "sft")]) == 0
@@ -123,12 +124,9 @@ def test_sft_places_the_model_it_loaded_and_saves_its_bf16_weights(tmp_path, mon
 
 
 def test_train_places_the_model_it_loaded_on_the_configured_device(tmp_path, monkeypatch):
-    import agentgym.run.resume
-
     placements, loads = Placements(), Loads()
-    monkeypatch.setattr(setup, "place", placements)
-    # train loads as every rank and a resumed full fine-tune do: resume.load_for_training
-    monkeypatch.setattr(agentgym.run.resume, "load_model_and_tokenizer", loads)
+    monkeypatch.setattr(sft, "place", placements)  # train places as SFT does: sft.on_device
+    monkeypatch.setattr(models, "load_model_and_tokenizer", loads)
     argv = ["train", "--env", "tool_call", "--model", "tiny-random", "--steps", "1", *SMALL_TRAIN]
     sets = ["--set", "model.device=meta", "--set", "model.attn_implementation=eager"]
     assert main([*argv, *sets, "--output", str(tmp_path / "grpo")]) == 0
@@ -139,13 +137,13 @@ def test_train_places_the_model_it_loaded_on_the_configured_device(tmp_path, mon
 
 def test_on_device_places_and_turns_on_checkpointing_when_asked(tiny, monkeypatch):
     placements = Placements()
-    monkeypatch.setattr(setup, "place", placements)
+    monkeypatch.setattr(sft, "place", placements)
     model = copy.deepcopy(tiny[0])
     config = _config(**{"model.device": "cuda:1"})
-    assert setup.on_device(model, config) is model
+    assert sft.on_device(model, config) is model
     assert placements.calls == [(model, torch.device("cuda", 1))]
     assert not _checkpointing(model)
-    setup.on_device(model, _config(**{"model.gradient_checkpointing": True}))
+    sft.on_device(model, _config(**{"model.gradient_checkpointing": True}))
     assert _checkpointing(model)
 
 
@@ -239,15 +237,7 @@ def _learner_grads(model, config, batch, checkpointing: bool):
         # a pre-hook: the recomputation stops inside the MLP once it has what backward needs
         layer.mlp.register_forward_pre_hook(lambda *_: runs.append(1))
     torch.manual_seed(0)  # the same LoRA initialisation both times
-    learner = Learner(model, config)
-    seen = {}
-
-    def capture(optimizer, args, kwargs):
-        seen.update({n: p.grad.clone() for n, p in learner.model.named_parameters()
-                     if p.grad is not None})  # fmt: skip
-
-    learner.optimizer.register_step_pre_hook(capture)
-    learner.step(batch)
+    seen, _ = _applied_gradient(Learner(model, config), batch)
     assert seen and any(g.abs().max() > 0 for g in seen.values()), "no gradient to compare"
     return seen, len(runs)
 

@@ -21,8 +21,6 @@ TRAIN = ["train", "--model", "tiny-random", "--steps", "2"]
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The names of the models anything tried to load; loading itself fails the test."""
     import agentgym.policy.models
-    import agentgym.run.resume
-    import agentgym.run.sft
 
     calls: list[object] = []
 
@@ -30,9 +28,8 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         calls.append(name)
         raise AssertionError(f"a model was loaded before the config was checked: {name!r}")
 
-    # train loads through resume.load_for_training
-    for module in (agentgym.policy.models, agentgym.run.resume, agentgym.run.sft):
-        monkeypatch.setattr(module, "load_model_and_tokenizer", load)
+    # train, sft and eval load through models.load_configured
+    monkeypatch.setattr(agentgym.policy.models, "load_model_and_tokenizer", load)
     return calls
 
 

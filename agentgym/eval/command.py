@@ -14,12 +14,7 @@ def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> R
     the report under `output`, prints its table; returns the report."""
     from agentgym.eval.console import Stages, print_report
     from agentgym.policy.hf import HFPolicy
-    from agentgym.policy.models import (
-        load_dtype,
-        load_model_and_tokenizer,
-        place,
-        resolve_model_name,
-    )
+    from agentgym.policy.models import load_configured, place, resolve_model_name
 
     ev, run = config.eval, config.run
     ids = held_out_ids(run.env, run.env_kwargs, ev.tasks, split=ev.split)
@@ -28,9 +23,7 @@ def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> R
     m = config.model
     with Stages() as stages:
         for role, name in names.items():
-            model, tokenizer = load_model_and_tokenizer(
-                name, dtype=load_dtype(m), attn_implementation=m.attn_implementation
-            )
+            model, tokenizer = load_configured(name, m)
             model = place(model, m)  # the model and the baseline alike
             held = HeldOut.from_config(config, ids, tokenizer, n=n)
             try:

@@ -162,9 +162,8 @@ class Learner:
             return None
         temperature = self.config.sampling.temperature
         with self._forward_context(), self._as_reference() as run:
-            return run(token_logprobs, batch, temperature, prefix, self.share_prefix, self.packed)[
-                0
-            ]
+            args = (batch, temperature, prefix, self.share_prefix, self.packed)
+            return run(token_logprobs, *args)[0]
 
     @contextlib.contextmanager
     def _as_reference(self) -> Iterator[Runner]:

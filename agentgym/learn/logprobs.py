@@ -144,8 +144,8 @@ def _packed_hidden_states(
     ids = batch.input_ids[:, shared:][keep]
     index = torch.full(keep.shape, -1, dtype=torch.long, device=device)
     index[keep] = torch.arange(len(ids), device=device)
-    positions = keep.nonzero()[:, 1] + shared
-    row = keep.nonzero()[:, 0]
+    row, column = keep.nonzero(as_tuple=True)
+    positions = column + shared
     allowed = (row[:, None] == row[None, :]) & (positions[None, :] <= positions[:, None])
     allowed = torch.cat([allowed.new_ones(len(ids), shared), allowed], dim=1)
     out = decoder(

@@ -143,6 +143,16 @@ def load_dtype(config: ModelConfig) -> torch.dtype:
     return torch.bfloat16 if bf16 else torch.float32
 
 
+def load_configured(
+    name: str | None, config: ModelConfig
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The model (and tokenizer) `name`, loaded as `model` configures it: in `load_dtype`'s
+    dtype, with `model.attn_implementation` (train, sft, eval and every torchrun rank)."""
+    return load_model_and_tokenizer(
+        name, dtype=load_dtype(config), attn_implementation=config.attn_implementation
+    )
+
+
 def place(model: PreTrainedModel, config: ModelConfig) -> PreTrainedModel:
     """`model` on the device `model.device` names (`model_device`)."""
     return model.to(model_device(config))  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ replace, 1.0 s by the shared block, 0.5 s in-process.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pickle
 from collections.abc import Iterator, Sequence
@@ -178,7 +179,4 @@ def _fill(block: str, tensors: Named, layout: list[Any]) -> None:
 
 
 def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
-    count = 1
-    for n in shape:
-        count *= n
-    return count * dtype.itemsize
+    return math.prod(shape) * dtype.itemsize

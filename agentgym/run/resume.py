@@ -25,7 +25,7 @@ from agentgym.config import Config
 from agentgym.eval.heldout import TaskResult
 from agentgym.learn.learner import Learner
 from agentgym.learn.lora import wrap_lora
-from agentgym.policy.models import load_dtype, load_model_and_tokenizer
+from agentgym.policy.models import load_configured
 from agentgym.records import CheckpointState
 from agentgym.run.checkpoint import prune, read_state, read_trainer, save_checkpoint
 from agentgym.scale import dist
@@ -51,17 +51,8 @@ def learner_for(config: Config, model, start_model: str | None, resume: Path | N
         model = wrap_lora(model, config)
         load_trainable(model, Path(resume))
         return Learner(model, config)
-    trained, _ = load_for_training(config, str(resume))
+    trained, _ = load_configured(str(resume), config.model)
     return Learner(trained.to(next(model.parameters()).device), config, reference=model)
-
-
-def load_for_training(config: Config, name: str | None):
-    """The model (and tokenizer) `name`, loaded as the run trains it: in `model.precision`'s
-    dtype, with `model.attn_implementation`."""
-    m = config.model
-    return load_model_and_tokenizer(
-        name, dtype=load_dtype(m), attn_implementation=m.attn_implementation
-    )
 
 
 ADAPTER_FILE = "adapter_model.safetensors"

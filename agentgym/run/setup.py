@@ -29,7 +29,7 @@ from agentgym.learn.learner import Learner
 from agentgym.policy.base import Policy, SamplingParams
 from agentgym.policy.factory import engine_folder, make_policy
 from agentgym.policy.hf import HFPolicy
-from agentgym.policy.models import place, resolve_model_name
+from agentgym.policy.models import load_configured, resolve_model_name
 from agentgym.records import CheckpointState
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.episodes import TaskSpec
@@ -44,15 +44,9 @@ from agentgym.run.checkpoint import (
 )
 from agentgym.run.health import check_health
 from agentgym.run.interrupt import StopRequest, TrainingError
-from agentgym.run.resume import (
-    RunState,
-    learner_for,
-    load_for_training,
-    load_trainable,
-    resume_state,
-)
+from agentgym.run.resume import RunState, learner_for, load_trainable, resume_state
 from agentgym.run.runlog import RunLog, truncate_logs
-from agentgym.run.sft import enable_gradient_checkpointing, warm_up
+from agentgym.run.sft import on_device, warm_up
 from agentgym.scale import dist, fsdp_sync
 from agentgym.scale.samplers import make_sampler, play_share, ranks_sample, sampler_envs
 from agentgym.types import Trajectory
@@ -190,15 +184,6 @@ class Run:
                 held.close()
 
 
-def on_device(model: Any, config: Config) -> Any:
-    """The model GRPO (and the SFT warm-up) trains: on the device `model.device` names,
-    with gradient checkpointing when `model.gradient_checkpointing` asks for it."""
-    model = place(model, config.model)
-    if config.model.gradient_checkpointing:
-        enable_gradient_checkpointing(model, lora=config.lora.enabled)
-    return model
-
-
 def owed_sft_evaluation(run: Run, model: Any, tokenizer: Any, stages: Stages) -> None:
     """A resumed run that stopped after SFT, before SFT's evaluation, evaluates it now."""
     config = run.config
@@ -293,13 +278,12 @@ def follow(config: Config, resume: Path | None) -> Path:
     start_model = state.start_model if state else config.model.name
     envs: list[Any] = []
     tokenizers: list[Any] = []
+    policies: list[HFPolicy] = []
 
     def build() -> Learner:
-        model, tokenizer = load_for_training(config, start_model)
+        model, tokenizer = load_configured(start_model, config.model)
         tokenizers.append(tokenizer)
-        model = model.to(dist.device())
-        if config.model.gradient_checkpointing:
-            enable_gradient_checkpointing(model, lora=config.lora.enabled)
+        model = on_device(model, config)  # this rank's GPU: `dist.init` made it the current one
         learner = learner_for(config, model, start_model, resume)
         if resume is not None:
             learner.load_state_dict(read_trainer(resume)["learner"])
@@ -307,8 +291,8 @@ def follow(config: Config, resume: Path | None) -> Path:
 
     def sample(learner: Learner, payload: Any) -> list[Trajectory]:
         envs[:] = envs or sampler_envs(config)
-        policy = HFPolicy(learner.model, tokenizers[-1])
-        return play_share(envs, policy, tokenizers[-1], payload)
+        policies[:] = policies or [HFPolicy(learner.model, tokenizers[-1])]
+        return play_share(envs, policies[0], tokenizers[-1], payload)
 
     try:
         dist.follow(build, sample if ranks_sample(config) else None)

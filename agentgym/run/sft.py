@@ -24,7 +24,7 @@ from agentgym.env.core import AgentEnv, make_env
 from agentgym.learn.logprobs import Prefix, backward_micro_batches, token_logprobs
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams
-from agentgym.policy.models import load_dtype, load_model_and_tokenizer, place
+from agentgym.policy.models import load_configured, place
 from agentgym.rollout.episodes import TaskSpec, collect
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.types import Batch, Trajectory
@@ -98,6 +98,15 @@ def enable_gradient_checkpointing(model: PreTrainedModel, *, lora: bool) -> None
         model.enable_input_require_grads()
 
 
+def on_device(model: PreTrainedModel, config: Config) -> PreTrainedModel:
+    """The model SFT and GRPO train: on the device `model.device` names, with gradient
+    checkpointing when `model.gradient_checkpointing` asks for it."""
+    model = place(model, config.model)
+    if config.model.gradient_checkpointing:
+        enable_gradient_checkpointing(model, lora=config.lora.enabled)
+    return model
+
+
 def warm_up(
     model, tokenizer, config: Config, advance=lambda: None
 ) -> tuple[PreTrainedModel, list[dict[str, float]]]:
@@ -165,13 +174,8 @@ def sft(config: Config) -> Path:
     assert config.run.output is not None  # the CLI names the run's folder first
     out = Path(config.run.output)
     torch.manual_seed(config.run.seed)
-    m = config.model
-    model, tokenizer = load_model_and_tokenizer(
-        m.name, dtype=load_dtype(m), attn_implementation=m.attn_implementation
-    )
-    model = place(model, m)
-    if m.gradient_checkpointing:
-        enable_gradient_checkpointing(model, lora=config.lora.enabled)
+    model, tokenizer = load_configured(config.model.name, config.model)
+    model = on_device(model, config)
     out.mkdir(parents=True, exist_ok=True)
     model, records = warm_up(model, tokenizer, config)
     with open(out / "metrics.jsonl", "a") as log:

@@ -21,13 +21,15 @@ from agentgym.eval.plots import training_curves
 from agentgym.learn import grpo
 from agentgym.learn.learner import Learner
 from agentgym.policy.base import Policy, as_policy
+from agentgym.policy.models import load_configured
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.sampler import InProcessSampler, Sampler
 from agentgym.run import preflight, setup
 from agentgym.run.interrupt import StopRequest
-from agentgym.run.resume import Progress, RunState, load_for_training, restore
+from agentgym.run.resume import Progress, RunState, restore
 from agentgym.run.runlog import failure_metrics, rollout_metrics
 from agentgym.run.setup import Run
+from agentgym.run.sft import on_device
 from agentgym.run.update import learner_steps
 from agentgym.scale import dist
 from agentgym.types import Trajectory
@@ -140,8 +142,8 @@ def _lead(config: Config, resume: Path | None) -> Path:
     """`train` in one process, or on rank 0."""
     run = Run.begin(config, resume)
     try:
-        model, tokenizer = load_for_training(config, run.start_model)
-        model = setup.on_device(model, config)
+        model, tokenizer = load_configured(run.start_model, config.model)
+        model = on_device(model, config)
         run.open(tokenizer)
         with Stages() as stages, StopRequest(stages.print) as stop:
             if run.state is None:
