@@ -96,7 +96,23 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="Check a model's chat template for tool use.")
     doctor.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (default)")
     doctor.add_argument(
-        "--format", choices=["hermes", "react", "all"], default="all", help="tool-call format"
+        "--format",
+        "--tool-format",
+        dest="format",
+        choices=["hermes", "react", "native", "all"],
+        default="all",
+        help="tool-call format; all: hermes, react and, where the template renders tools, native",
+    )
+    doctor.add_argument(
+        "--tool-parser", help="native parser (hermes, llama3_json, mistral); default: detected"
+    )
+    doctor.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="config overrides; model.chat_template and run.env_kwargs.tool_parser are read",
     )
     for name in ("train", "sft", "eval"):
         add_config_arguments(sub.choices[name])  # last: every field, as --section.field VALUE
@@ -244,14 +260,26 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from agentgym.env.templates import renders_tools
+    from agentgym.policy.chat_templates import read_chat_template
     from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
     from agentgym.run.doctor import run_doctor
 
+    config = load(None, args.overrides)
+    choice = config.model.chat_template
+    try:
+        template = read_chat_template(choice) if choice is not None else None
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     _, tokenizer = load_model_and_tokenizer(args.model)
-    formats = ["hermes", "react"] if args.format == "all" else [args.format]
+    tokenizer.chat_template = template or tokenizer.chat_template
+    parser = args.tool_parser or config.run.env_kwargs.get("tool_parser")
+    formats = [args.format]
+    if args.format == "all":
+        formats = ["hermes", "react", *(["native"] if renders_tools(tokenizer) else [])]
     console = Console()
     name = resolve_model_name(args.model)
-    results = [run_doctor(tokenizer, name, f, console) for f in formats]
+    results = [run_doctor(tokenizer, name, f, console, parser) for f in formats]
     return 0 if all(results) else 1
 
 

@@ -52,6 +52,11 @@ class ModelConfig(_Section):
         description="Attention kernels, passed to from_pretrained; 'auto' keeps transformers' "
         "choice (sdpa where it can); flash_attention_2 needs a GPU and the flash-attn package.",
     )
+    chat_template: str | None = Field(
+        None,
+        description="Replaces the tokenizer's chat template: a shipped one with tools ('qwen2.5', "
+        "'llama3.1', 'mistral-v3'), a Jinja file, or template text; None keeps the model's.",
+    )
 
     @field_validator("device")
     @classmethod

@@ -67,3 +67,19 @@ def test_cli_doctor_fails_on_a_model_whose_template_rewrites_history(tiny, tmp_p
     assert main(["doctor", "--model", str(tmp_path), "--format", "hermes"]) == 1
     out = capsys.readouterr().out
     assert "FAIL prefix-consistent" in out and "hint:" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", ["qwen2.5", "llama3.1", "mistral-v3"])
+def test_doctor_passes_each_shipped_template_on_the_embedded_model(capsys, template):
+    args = ["doctor", "--tool-format", "native", "--set", f"model.chat_template={template}"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count(" ok ") == 3 and "FAIL" not in out and "the template's own 1 and 2" in out
+
+
+def test_cli_doctor_all_adds_native_where_the_template_renders_tools(capsys):
+    assert main(["doctor", "--model", "tiny-random"]) == 0
+    out = capsys.readouterr().out
+    assert [f in out for f in ("format hermes", "format react", "format native")] == [True] * 3
+    assert main(["doctor", "--model", "tiny-random", "--set", "model.chat_template=nope"]) == 2

@@ -139,7 +139,8 @@ def test_a_packed_sft_step_takes_the_padded_one(tiny, monkeypatch):
 
     model, tokenizer = tiny
     overrides = {"run.env": "tool_call", "sft.steps": 1, "sft.batch_size": 4,
-                 "sft.demonstrations": 4, "optim.micro_batch_size": 2}  # fmt: skip
+                 "sft.demonstrations": 4, "optim.micro_batch_size": 2,
+                 "run.env_kwargs": {"tool_format": "hermes"}}  # fmt: skip
     results = []
     for budget in (None, 300):
         config = load_config(overrides={**overrides, "optim.micro_batch_tokens": budget})

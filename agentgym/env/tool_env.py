@@ -50,9 +50,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 from agentgym.env.core import AgentEnv, Feedback, Task
+from agentgym.env.templates import TemplateFormat, ToolFormatName
 from agentgym.rewards.verifiable import answers_equal, combine
 from agentgym.tools import (
     CallAttempt,
@@ -62,8 +63,8 @@ from agentgym.tools import (
     ToolErrorKind,
     ToolResult,
     error_counts,
-    get_format,
 )
+from agentgym.tools.mcp import McpServer, mcp_server
 from agentgym.types import Message, ToolCall
 
 REWARD_PARTS: tuple[str, ...] = ("correctness", "tool", "format")
@@ -148,21 +149,37 @@ def _check_weights(weights: Mapping[str, float] | None) -> Mapping[str, float]:
 
 
 class ToolEnv(AgentEnv):
-    """Base class of tool-use environments: multi-turn, tools described in the system prompt.
+    """Base class of tool-use environments: multi-turn, tools in the model's format.
 
     Subclasses implement `num_tasks`, `task_id`, `load_task` and `make_tools`,
     and usually `expected_calls`; see the module docstring for the episode and
     its reward. The system message is `system_prompt` (the task instructions)
-    followed by the format's tool instructions, so a model whose chat template
-    ignores `tools=` still sees the tools; `info["tools"]` carries their JSON
-    schemas too. Every step's info has "tool_calls" (call attempts this turn),
+    followed by the format's instructions: the tools themselves in the text
+    formats (so a model whose chat template ignores `tools=` still sees them),
+    only how to answer in the native one, whose template renders the tools from
+    `info["tools"]` (JSON schemas; `info["tool_format"]` says which format
+    the env speaks). Every step's info has "tool_calls" (call attempts this turn),
     "tool_errors" ({kind: count}), "reward_parts" and "episode_parts"; the
     last step's also "correct", "final_answer" and "expected_answer".
 
     Args:
-        tool_format: How calls are written: "hermes" (`<tool_call>` JSON, answer
-            in `\\boxed{}`) or "react" (Thought / Action / Action Input, answer
-            after `Final Answer:`).
+        tool_format: How calls are written: "native" (the model's own format: its
+            chat template lists the tools, a parser for the template's family reads
+            the calls; see `agentgym.tools.native`), "hermes" (`<tool_call>` JSON in
+            the system prompt), "react" (Thought / Action / Action Input, answer
+            after `Final Answer:`), or "auto" (the default): native when the model's
+            template renders `tools=`, else hermes. The answer of "native" and
+            "hermes" is the last `\\boxed{}`. "auto" and "native" are resolved when
+            a tokenizer is bound (`use_chat_template`, which the rollout calls);
+            unbound, "auto" is hermes.
+        tool_parser: The native parser ("hermes", "llama3_json", "mistral");
+            None detects it from the template (its response schema first).
+        mcp_servers: MCP servers whose tools join `make_tools()`'s: `McpServer`s or
+            specs (`{"command": [...]}` for stdio, `{"url": "http://..."}` for
+            streamable HTTP; see `agentgym.tools.mcp.mcp_server`). Each env starts
+            its own server process at its first reset, lists the tools then, and
+            closes it with the env; a server that crashes or hangs gives an error
+            observation and is restarted at the next call.
         max_turns: Turns after which the env ends the episode itself
             (`truncated`); None for no limit of its own. Under `gymnasium.make`
             the registered `max_episode_steps` (TimeLimit) ends it anyway, and
@@ -183,16 +200,23 @@ class ToolEnv(AgentEnv):
 
     def __init__(
         self,
-        tool_format: Literal["hermes", "react"] = "hermes",
+        tool_format: ToolFormatName = "auto",
         max_turns: int | None = None,
         max_result_chars: int = 2000,
         max_calls_per_turn: int = 4,
         reward_weights: Mapping[str, float] | None = None,
         system_prompt: str | None = None,
         render_mode: str | None = None,
+        tool_parser: str | None = None,
+        mcp_servers: Sequence[Mapping[str, Any] | McpServer] = (),
     ):
         super().__init__(system_prompt=system_prompt, render_mode=render_mode)
-        self.format: ToolCallFormat = get_format(tool_format)
+        self.mcp_servers = [
+            server if isinstance(server, McpServer) else mcp_server(server)
+            for server in mcp_servers
+        ]
+        self.templates = TemplateFormat(tool_format, tool_parser)
+        self.format: ToolCallFormat = self.templates.unbound()
         if max_turns is not None and (
             isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
         ):
@@ -222,12 +246,21 @@ class ToolEnv(AgentEnv):
         """Whether `answer` solves `task`; default: math-verify equivalence to `task.answer`."""
         return answers_equal(answer, str(task.answer))
 
+    def use_chat_template(self, tokenizer: Any) -> None:
+        """Resolves "auto" and "native" against `tokenizer`'s chat template (the rollout
+        calls this before each reset); ValueError if native cannot be used with it."""
+        chosen = self.templates.resolve(tokenizer)
+        if chosen is not self.format:
+            self.format = chosen
+            self.__dict__.pop("system_message", None)  # rebuilt in the new format
+
     # -- the tools -------------------------------------------------------------
 
     @functools.cached_property
     def toolbox(self) -> ToolBox:
         """The env's tools, built from `make_tools()` on first use."""
-        return ToolBox(self.make_tools(), **self._box_options)
+        served = [t for server in self.mcp_servers for t in server.tools()]
+        return ToolBox([*self.make_tools(), *served], **self._box_options)
 
     @functools.cached_property
     def _schemas(self) -> tuple[dict[str, Any], ...]:
@@ -259,7 +292,9 @@ class ToolEnv(AgentEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[dict[str, str]], dict[str, Any]]:
         self._begin_episode()
-        return super().reset(seed=seed, options=options)
+        obs, info = super().reset(seed=seed, options=options)
+        info["tool_format"] = self.format.name  # "native": render with tools=info["tools"]
+        return obs, info
 
     def respond(self, action: str) -> Feedback:
         """Runs the turn's calls, or scores its final answer; pays the change in score."""
@@ -283,6 +318,11 @@ class ToolEnv(AgentEnv):
                 expected_answer=self.task.answer,
             )
         return self._pay(parts, tuple(self.format.observation(results)), ended, info)
+
+    def close(self) -> None:
+        for server in self.mcp_servers:
+            server.close()
+        super().close()
 
     def step(self, action: str) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)

@@ -27,6 +27,7 @@ from transformers import (
 )
 
 from agentgym.config import ModelConfig
+from agentgym.policy.chat_templates import apply_chat_template_option
 from agentgym.policy.random_models import (
     SMOLLM2_SHAPED,
     SMOLLM2_SHAPED_VERSION,
@@ -147,10 +148,12 @@ def load_configured(
     name: str | None, config: ModelConfig
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The model (and tokenizer) `name`, loaded as `model` configures it: in `load_dtype`'s
-    dtype, with `model.attn_implementation` (train, sft, eval and every torchrun rank)."""
-    return load_model_and_tokenizer(
+    dtype, with `model.attn_implementation` and `model.chat_template` (train, sft, eval and
+    every torchrun rank)."""
+    model, tokenizer = load_model_and_tokenizer(
         name, dtype=load_dtype(config), attn_implementation=config.attn_implementation
     )
+    return model, apply_chat_template_option(tokenizer, config.chat_template)
 
 
 def place(model: PreTrainedModel, config: ModelConfig) -> PreTrainedModel:

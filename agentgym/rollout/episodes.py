@@ -60,27 +60,52 @@ class _Episode:
     truncated: bool = False
     done: bool = False
     error: str | None = None
+    tools: list[dict[str, Any]] | None = None  # given to the template: the env is native
 
 
 _SENTINEL = "\u2063agentgym-end-of-content\u2063"
 
 
 def render(
-    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], generation_prompt: bool
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[dict[str, Any]],
+    generation_prompt: bool,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
     """The chat template applied to messages, as text.
 
-    No `tools=` is passed: environments describe their tools, in their own
-    call format, in the system message, so the text is the same whether or not
-    a model's template knows about tools (and no tool is listed twice).
+    `tools` (JSON schemas) go to the template only for an environment in the
+    native tool format; the others describe their tools, in their own call
+    format, in the system message, so no tool is listed twice.
     """
+    extra: dict[str, Any] = {} if tools is None else {"tools": tools}
     # tokenize=False gives the text; transformers types the result of every mode at once
     return cast(
         str,
         tokenizer.apply_chat_template(
-            messages, add_generation_prompt=generation_prompt, tokenize=False
+            messages, add_generation_prompt=generation_prompt, tokenize=False, **extra
         ),
     )
+
+
+def use_chat_template(env: gym.Env, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Tells an environment that speaks the model's own tool format (`ToolEnv`'s
+    `use_chat_template`) which tokenizer it plays with; other environments need not know."""
+    bind = getattr(env.unwrapped, "use_chat_template", None)
+    if bind is not None:
+        bind(tokenizer)
+
+
+def sampled_text(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], keep_special: bool) -> str:
+    """The text of a sampled turn. A native-format turn keeps special tokens that carry a
+    call (`[TOOL_CALLS]`, `<|python_tag|>`), all but those that end it."""
+    if not keep_special:
+        # a tuple of ids decodes as a list does, to one str; transformers' types say neither
+        return tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[arg-type,return-value]
+    special, end = set(tokenizer.all_special_ids), len(ids)
+    while end and ids[end - 1] in special:
+        end -= 1
+    return tokenizer.decode(list(ids[:end]), skip_special_tokens=False)  # type: ignore[return-value]
 
 
 def continuation_ids(
@@ -88,6 +113,7 @@ def continuation_ids(
     history: list[dict[str, str]],
     new_messages: list[dict[str, str]],
     stopped: bool,
+    tools: list[dict[str, Any]] | None = None,
 ) -> list[int]:
     """Ids that follow the last sampled token: end of the assistant turn, then `new_messages`.
 
@@ -98,15 +124,15 @@ def continuation_ids(
     """
     # templates test generation_prompt for truth: None would read as False (mutants that pass
     # None here and for the glue below are equivalent)
-    before = render(tokenizer, history, generation_prompt=False)
-    after = render(tokenizer, history + new_messages, generation_prompt=True)
+    before = render(tokenizer, history, False, tools)
+    after = render(tokenizer, history + new_messages, True, tools)
     if not after.startswith(before):
         raise ValueError("the chat template does not render conversations append-only")
     # what the template puts after the assistant's content: found with a sentinel content,
     # since the real content may be empty or occur earlier in the conversation (the sentinel
     # occurs once, so a mutant taking its first occurrence is equivalent)
     marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]
-    glue = render(tokenizer, marked, generation_prompt=False).rpartition(_SENTINEL)[2]
+    glue = render(tokenizer, marked, False, tools).rpartition(_SENTINEL)[2]
     if stopped and tokenizer.eos_token and glue.startswith(tokenizer.eos_token):
         glue = glue[len(tokenizer.eos_token) :]
     ids: list[int] = tokenizer.encode(glue + after[len(before) :], add_special_tokens=False)
@@ -125,8 +151,10 @@ def stream(seed: int, ep: _Episode) -> int:
 def _start(
     env: gym.Env, spec: TaskSpec, group: int, member: int, tokenizer: PreTrainedTokenizerBase
 ) -> _Episode:
+    use_chat_template(env, tokenizer)
     obs, info = env.reset(**spec.reset_kwargs())
-    prompt = tokenizer.encode(render(tokenizer, obs, True), add_special_tokens=False)
+    tools = info.get("tools") if info.get("tool_format") == "native" else None
+    prompt = tokenizer.encode(render(tokenizer, obs, True, tools), add_special_tokens=False)
     return _Episode(
         env=env,
         task_id=info["task_id"],
@@ -138,6 +166,7 @@ def _start(
         opening=tuple(Message.from_dict(m) for m in obs),
         loss_mask=[0] * len(prompt),
         logprobs=[0.0] * len(prompt),
+        tools=tools,
     )
 
 
@@ -154,9 +183,7 @@ def _advance(
     ep.loss_mask.extend([1] * len(ids))
     ep.logprobs.extend(logprobs)
     ep.finish_reason = finish_reason
-    # a tuple of ids decodes as a list does, to one str; transformers' types say neither (an
-    # annotation, not a cast: mutation testing reads `cast(None, ...)` as a surviving mutant)
-    text: str = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[arg-type,assignment]
+    text = sampled_text(tokenizer, ids, keep_special=ep.tools is not None)
     try:
         obs, reward, terminated, truncated, info = ep.env.step(Completion(text, finish_reason))
     except Exception as err:  # a bug in the environment ends this episode, not the run
@@ -176,7 +203,7 @@ def _advance(
     if not ep.done:
         # a turn cut at a stop string has not sampled the end-of-turn token: the glue adds it
         ended = finish_reason == "stop" and bool(ids) and ids[-1] in tokenizer.all_special_ids
-        more = continuation_ids(tokenizer, ep.messages, obs, ended)
+        more = continuation_ids(tokenizer, ep.messages, obs, ended, ep.tools)
         ep.messages.extend(obs)
         ep.tokens.extend(more)
         ep.loss_mask.extend([0] * len(more))

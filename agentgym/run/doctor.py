@@ -1,13 +1,15 @@
 """`agentgym doctor`: can this model's chat template carry a multi-turn tool conversation?
 
-Three checks, each with a hint when it fails:
+For each tool format (hermes, react, native: the template's own tool prompt,
+with `tools=`), three checks, each with a hint when it fails:
 
 1. Prefix consistency: rendering the conversation one message more must
    extend the previous rendering (the rollout appends environment text as a
    template suffix, so a template that rewrites earlier turns cannot be used).
 2. Round trip: a tool call written in the format, inside the assistant turn,
    parses back to the same call; and when the template has its own
-   `tool_calls` rendering, the parser reads that back too.
+   `tool_calls` rendering, the parser reads that back too (for native, it
+   must: one call and two calls in a turn).
 3. The loss mask: the sample conversation is tokenized the way the rollout
    does it, and the mask-1 tokens must decode to exactly the assistant's text.
 """
@@ -20,12 +22,32 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from agentgym.rollout.episodes import continuation_ids, render
-from agentgym.tools.formats import get_format
+from agentgym.config import ConfigError
+from agentgym.env.templates import TemplateFormat
+from agentgym.env.tool_env import ToolEnv
+from agentgym.rollout.episodes import continuation_ids, render, use_chat_template
+from agentgym.tools import ToolCallFormat, get_format
+from agentgym.tools.formats import ToolResult
 from agentgym.types import ToolCall
 
 _CALL = ToolCall("calculator", {"expression": "48213 * 9127 - 3381"})
+_SECOND = ToolCall("calculator", {"expression": "2 ** 10"})
 _RESULT = "440036670"
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluates an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
+"""The sample conversation's tools, given to the template in the native format."""
 
 
 @dataclass(frozen=True)
@@ -38,15 +60,28 @@ class Check:
     hint: str = ""
 
 
-def sample_conversation(format_name: str) -> list[dict]:
-    """A two-turn tool conversation: a call, its result, then the final answer."""
-    fmt = get_format(format_name)
+def tool_format(tokenizer, format_name: str, tool_parser: str | None = None) -> ToolCallFormat:
+    """The format called `format_name`, "native" resolved against `tokenizer`'s template
+    (ValueError when it cannot be)."""
+    if format_name in ("native", "auto"):
+        return TemplateFormat(format_name, tool_parser).resolve(tokenizer)
+    return get_format(format_name)
+
+
+def sample_conversation(fmt: ToolCallFormat | str, think: bool = False) -> list[dict]:
+    """A two-turn tool conversation: a call, its result, then the final answer; with
+    `think`, the call follows a `<think>` block (templates that drop earlier reasoning
+    rewrite it)."""
+    fmt = get_format(fmt) if isinstance(fmt, str) else fmt
     system = "You are a careful assistant. Use the calculator for arithmetic.\n\n"
-    answer = f"\\boxed{{{_RESULT}}}" if format_name == "hermes" else f"Final Answer: {_RESULT}"
+    answer = f"Final Answer: {_RESULT}" if fmt.name == "react" else f"\\boxed{{{_RESULT}}}"
     call_text = fmt.render_call(_CALL)
-    if format_name == "react":
+    if think:
+        call_text = "<think>\nThe calculator computes this.\n</think>\n\n" + call_text
+    if fmt.name == "react":
         call_text = "Thought: I should compute this.\n" + call_text
-    observation = [m.to_dict() for m in fmt.observation([_result()])]
+    result = ToolResult(name=_CALL.name, content=_RESULT, error=None)
+    observation = [m.to_dict() for m in fmt.observation([result])]
     return [
         {"role": "system", "content": system},
         {"role": "user", "content": "What is 48213 * 9127 - 3381?"},
@@ -56,17 +91,11 @@ def sample_conversation(format_name: str) -> list[dict]:
     ]
 
 
-def _result():
-    from agentgym.tools.formats import ToolResult
-
-    return ToolResult(name=_CALL.name, content=_RESULT, error=None)
-
-
-def check_prefix(tokenizer, messages: list[dict]) -> Check:
+def check_prefix(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> Check:
     """Each rendering extends the previous one, with and without the generation prompt."""
     for k in range(1, len(messages)):
-        shorter = render(tokenizer, messages[:k], messages[k]["role"] == "assistant")
-        longer = render(tokenizer, messages[: k + 1], False)
+        shorter = render(tokenizer, messages[:k], messages[k]["role"] == "assistant", tools)
+        longer = render(tokenizer, messages[: k + 1], False, tools)
         if not longer.startswith(shorter):
             return Check(
                 "prefix-consistent",
@@ -79,11 +108,14 @@ def check_prefix(tokenizer, messages: list[dict]) -> Check:
     return Check("prefix-consistent", True, f"{len(messages)} messages render append-only")
 
 
-def check_round_trip(tokenizer, format_name: str) -> Check:
-    """A call in the assistant's text survives rendering and parses back to itself."""
-    fmt = get_format(format_name)
-    messages = sample_conversation(format_name)[:3]
-    text = render(tokenizer, messages, False)
+def check_round_trip(
+    tokenizer, fmt: ToolCallFormat | str, tools: list[dict] | None = None
+) -> Check:
+    """A call in the assistant's text survives rendering and parses back to itself; in the
+    native format, the template's own rendering of one call and of two parses back too."""
+    fmt = get_format(fmt) if isinstance(fmt, str) else fmt
+    messages = sample_conversation(fmt)[:3]
+    text = render(tokenizer, messages, False, tools)
     start = text.rfind(messages[2]["content"])
     if start == -1:
         return Check(
@@ -99,38 +131,69 @@ def check_round_trip(tokenizer, format_name: str) -> Check:
             "round-trip",
             False,
             f"parsed {calls!r}, expected [{_CALL!r}]",
-            f"the {format_name} parser cannot read its own calls back",
+            f"the {fmt.name} parser cannot read its own calls back",
         )
-    native = _native_tool_calls(tokenizer, fmt)
-    return Check("round-trip", True, f"{format_name} call parses back; {native}")
+    if fmt.name != "native":
+        native = _native_tool_calls(tokenizer, fmt, messages[:2])
+        return Check("round-trip", True, f"{fmt.name} call parses back; {native}")
+    for want in ([_CALL], [_CALL, _SECOND]):
+        got = template_calls(tokenizer, fmt, messages[:2], want, tools)
+        if got != want:
+            return Check(
+                "round-trip",
+                False,
+                f"the template's own rendering of {len(want)} call(s) parses as {got!r}",
+                "set run.env_kwargs.tool_parser to the parser of this template's family",
+            )
+    parser = getattr(fmt, "parser", fmt).name
+    return Check("round-trip", True, f"{parser}: the template's own 1 and 2 calls parse back")
 
 
-def _native_tool_calls(tokenizer, fmt) -> str:
-    """How the template renders `tool_calls` of its own, and whether the parser reads it."""
-    call = {
-        "type": "function",
-        "function": {"name": _CALL.name, "arguments": dict(_CALL.arguments)},
+def template_calls(
+    tokenizer,
+    fmt: ToolCallFormat,
+    before: list[dict],
+    calls: list[ToolCall],
+    tools: list[dict] | None = None,
+) -> list[ToolCall | None] | str:
+    """The calls `fmt` reads in the template's own rendering of an assistant turn making
+    `calls` (its `tool_calls` field), or why there is none."""
+    message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
+            for c in calls
+        ],
     }
-    messages: list[dict[str, Any]] = [
-        {"role": "user", "content": "q"},
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-    ]
     try:
-        text = render(tokenizer, messages, False)
+        head = render(tokenizer, before, True, tools)
+        text = render(tokenizer, [*before, message], False, tools)
     except Exception as err:  # templates raise anything on fields they do not know
-        return f"the template rejects tool_calls ({type(err).__name__}); calls stay in content"
-    if _CALL.name not in text:
-        return "the template ignores tool_calls; agentgym keeps calls in the assistant content"
-    parsed = [a.call for a in fmt.parse(text).calls]
+        return f"the template rejects tool_calls ({type(err).__name__}: {err})"
+    turn = text[len(head) :] if text.startswith(head) else text
+    for token in (tokenizer.eos_token, *tokenizer.all_special_tokens):
+        turn = turn.removesuffix(token) if token else turn
+    return [a.call for a in fmt.parse(turn).calls]
+
+
+def _native_tool_calls(tokenizer, fmt: ToolCallFormat, before: list[dict]) -> str:
+    """How the template renders `tool_calls` of its own, and whether the parser reads it."""
+    parsed = template_calls(tokenizer, fmt, before, [_CALL])
+    if isinstance(parsed, str):
+        return f"{parsed}; calls stay in content"
     if parsed == [_CALL]:
         return "the template's own tool_calls rendering parses back too"
     return "the template renders tool_calls its own way; agentgym keeps calls in content"
 
 
-def masked_conversation(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+def masked_conversation(
+    tokenizer, messages: list[dict], tools: list[dict] | None = None
+) -> tuple[list[int], list[int]]:
     """Token ids and loss mask for a conversation, built as the rollout builds them."""
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    ids = tokenizer.encode(render(tokenizer, messages[:first], True), add_special_tokens=False)
+    prompt = render(tokenizer, messages[:first], True, tools)
+    ids = tokenizer.encode(prompt, add_special_tokens=False)
     mask = [0] * len(ids)
     history = list(messages[:first])
     k = first
@@ -146,20 +209,22 @@ def masked_conversation(tokenizer, messages: list[dict]) -> tuple[list[int], lis
             replies.append(messages[k])
             k += 1
         if replies:
-            more = continuation_ids(tokenizer, history, replies, stopped=True)
+            more = continuation_ids(tokenizer, history, replies, True, tools)
             ids += more
             mask += [0] * len(more)
             history += replies
     return ids, mask
 
 
-def check_mask(tokenizer, messages: list[dict]) -> tuple[Check, list[int], list[int]]:
+def check_mask(
+    tokenizer, messages: list[dict], tools: list[dict] | None = None
+) -> tuple[Check, list[int], list[int]]:
     """The mask-1 tokens decode to exactly the assistant messages, each ended by eos."""
-    ids, mask = masked_conversation(tokenizer, messages)
+    ids, mask = masked_conversation(tokenizer, messages, tools)
     sampled = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
     eos = tokenizer.eos_token
     expected = "".join(m["content"] + eos for m in messages if m["role"] == "assistant")
-    full = render(tokenizer, messages, False)
+    full = render(tokenizer, messages, False, tools)
     if sampled != expected:
         check = Check(
             "loss-mask",
@@ -188,21 +253,55 @@ def show_mask(console: Console, tokenizer, ids: list[int], mask: list[int]) -> N
     console.print(text)
 
 
-def run_doctor(tokenizer, model_name: str, format_name: str, console: Console) -> bool:
+def run_checks(
+    tokenizer, format_name: str, tool_parser: str | None = None
+) -> tuple[list[Check], list[int], list[int]]:
+    """The three checks of one format, and the sample conversation's ids and mask."""
+    try:
+        fmt = tool_format(tokenizer, format_name, tool_parser)
+    except ValueError as err:
+        return [Check("tool-format", False, str(err), "see the message")], [], []
+    tools = TOOLS if fmt.name == "native" else None
+    messages = sample_conversation(fmt)
+    prefix = check_prefix(tokenizer, sample_conversation(fmt, think=True), tools)
+    if not prefix.ok:  # the rollout cannot build this conversation, nor its mask
+        return [prefix], [], []
+    mask_check, ids, mask = check_mask(tokenizer, messages, tools)
+    return [prefix, check_round_trip(tokenizer, fmt, tools), mask_check], ids, mask
+
+
+def run_doctor(
+    tokenizer, model_name: str, format_name: str, console: Console, tool_parser: str | None = None
+) -> bool:
     """Runs every check, prints a report; True when the template can be used as it is."""
-    messages = sample_conversation(format_name)
-    mask_check, ids, mask = check_mask(tokenizer, messages)
-    checks = [
-        check_prefix(tokenizer, messages),
-        check_round_trip(tokenizer, format_name),
-        mask_check,
-    ]
+    checks, ids, mask = run_checks(tokenizer, format_name, tool_parser)
     console.print(f"[bold]agentgym doctor[/bold]: {model_name}, tool format {format_name}")
     for c in checks:
         mark = "[green]ok[/green]  " if c.ok else "[red]FAIL[/red]"
         console.print(f"  {mark} {c.name}: {c.detail}")
         if not c.ok:
             console.print(f"        hint: {c.hint}")
-    console.print("\nloss mask over the sample conversation (green: trained on, dim: masked):")
-    show_mask(console, tokenizer, ids, mask)
+    if ids:
+        console.print("\nloss mask over the sample conversation (green: trained on, dim: masked):")
+        show_mask(console, tokenizer, ids, mask)
     return all(c.ok for c in checks)
+
+
+def check_env_template(env: Any, tokenizer: Any, model_name: str) -> None:
+    """Refuses (ConfigError) to train a tool env with a chat template that cannot carry its
+    conversations: "native" without template support, or a rendering that is not
+    prefix-stable across turns (the rollout appends each turn as a suffix)."""
+    use_chat_template(env, tokenizer)  # a ConfigError when native cannot be used
+    agent = env.unwrapped
+    if not isinstance(agent, ToolEnv):
+        return
+    tools = agent.tools() if agent.format.name == "native" else None
+    check = check_prefix(tokenizer, sample_conversation(agent.format, think=True), tools)
+    if not check.ok:
+        raise ConfigError(
+            f"model.chat_template: the chat template of {model_name} does not render a tool "
+            f"conversation append-only ({check.detail}), so turns cannot be appended to a "
+            "trajectory; `agentgym doctor` shows it. Use a template that keeps earlier turns "
+            "as they were (model.chat_template), or another tool_format; training on such "
+            "templates (each turn a separate sample) is not supported yet"
+        )

@@ -34,6 +34,7 @@ from typing import Any, Literal, cast
 
 from agentgym.config import Config, ConfigError
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
+from agentgym.policy.chat_templates import read_chat_template
 from agentgym.policy.models import ModelNotFoundError, check_model_available
 from agentgym.scale import dist
 
@@ -73,6 +74,11 @@ def check(
     if baseline is not None:
         models["--baseline"] = baseline
     problems += _model_problems(models)
+    if config.model.chat_template is not None:
+        try:
+            read_chat_template(config.model.chat_template)
+        except (ValueError, OSError) as err:
+            problems.append(Problem("model.chat_template", str(err)))
     problems += _env_problems(config, command)
     if problems:
         lines = [f"  {p.field}: {p.message}" for p in problems]

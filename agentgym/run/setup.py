@@ -42,6 +42,7 @@ from agentgym.run.checkpoint import (
     save_best,
     save_checkpoint,
 )
+from agentgym.run.doctor import check_env_template
 from agentgym.run.health import check_health
 from agentgym.run.interrupt import StopRequest, TrainingError
 from agentgym.run.resume import RunState, learner_for, load_trainable, resume_state
@@ -131,6 +132,7 @@ class Run:
         purge = self.state.step + 1 if self.state else None
         self.log = RunLog(self.out, tensorboard=run.tensorboard, purge_step=purge)
         self.envs = sampler_envs(self.config)
+        check_env_template(self.envs[0], tokenizer, str(self.start_model or "the model"))
         self.selection = self._held_out(tokenizer, ev.tasks, 0) if ev.every else None
         if ev.report_tasks:
             self.report_set = self.start_set = self._held_out(tokenizer, ev.report_tasks, ev.tasks)

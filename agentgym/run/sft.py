@@ -25,7 +25,7 @@ from agentgym.learn.logprobs import Prefix, backward_micro_batches, token_logpro
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams
 from agentgym.policy.models import load_configured, place
-from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.rollout.episodes import TaskSpec, collect, use_chat_template
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.types import Batch, Trajectory
 
@@ -55,6 +55,7 @@ def demonstrations(config: Config, tokenizer, count: int, seed: int) -> list[Tra
     env = make_env(config.run.env, **config.run.env_kwargs)
     try:
         out = []
+        use_chat_template(env, tokenizer)  # the demonstrations are in the format it resolves
         for s in np.random.default_rng(seed).integers(0, 2**31 - 1, size=count):
             env.reset(seed=int(s))
             agent = cast(AgentEnv, env.unwrapped)  # make_env made an agent environment

@@ -17,6 +17,7 @@ from agentgym.config import Config
 from agentgym.env.core import make_env
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import SamplingParams
+from agentgym.policy.chat_templates import apply_chat_template_option
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout.episodes import TaskSpec
@@ -51,7 +52,8 @@ class RolloutWorker:
         if config.policy.backend == "vllm":
             self.policy, self.tokenizer = _vllm_policy(config, model_name)
         else:
-            model, self.tokenizer = load_model_and_tokenizer(model_name)
+            model, tokenizer = load_model_and_tokenizer(model_name)
+            self.tokenizer = apply_chat_template_option(tokenizer, config.model.chat_template)
             # transformers wraps Module.to with functools.wraps, whose type wants self first
             model = model.to(self.device)  # type: ignore[arg-type]
             if config.lora.enabled:  # the learner's adapter names, so its weights load by name
@@ -134,6 +136,7 @@ def _vllm_policy(config: Config, model_name: str | None):
     from agentgym.policy.vllm import VLLMPolicy, save_model_folder
 
     model, tokenizer = load_model_and_tokenizer(model_name)
+    tokenizer = apply_chat_template_option(tokenizer, config.model.chat_template)
     folder = save_model_folder(model, tokenizer)  # the engine starts from it and owns it
     if config.lora.enabled:  # the engine serves the learner's adapters, by their config
         model = wrap_lora(model, config)

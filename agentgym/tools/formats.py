@@ -121,10 +121,45 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _loads(text: str) -> Any:
-    """Strict JSON: no NaN/Infinity, nor numbers that overflow to infinity; raises ValueError
+MAX_JSON_DEPTH = 64
+"""Deeper JSON in a call is refused (INVALID_JSON): arguments nest a few levels, and every
+later step (validation, matching, encoding) may recurse once per level."""
+
+STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+"""A decoder refusing NaN, Infinity and numbers that overflow; `raw_decode` reads one value."""
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in `value` (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        )
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def check_depth(value: Any) -> Any:
+    """`value`, if it nests at most `MAX_JSON_DEPTH` levels; ValueError otherwise."""
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"the JSON nests deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def strict_json(text: str) -> Any:
+    """Strict JSON: no NaN/Infinity, nor numbers that overflow to infinity, nor nesting
+    deeper than `MAX_JSON_DEPTH` (however deep: never a RecursionError); raises ValueError
     (JSONDecodeError is one)."""
-    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    try:
+        value = STRICT_DECODER.decode(text)
+    except RecursionError:
+        raise ValueError(f"the JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
+    return check_depth(value)
 
 
 def _dumps(value: Any) -> str:
@@ -141,22 +176,23 @@ def _unfence(text: str) -> str:
     return fenced.group(1).strip() if fenced else text
 
 
-def _failed(kind: ToolErrorKind, message: str) -> CallAttempt:
+def failed_attempt(kind: ToolErrorKind, message: str) -> CallAttempt:
+    """A call that could not be read: its error kind and what to tell the model."""
     return CallAttempt(call=None, error=kind, message=message)
 
 
-def _arguments(name: str, raw: Any) -> CallAttempt:
+def call_attempt(name: str, raw: Any) -> CallAttempt:
     """The call to `name` with `raw` as its arguments, if they are a JSON object."""
     if isinstance(raw, str):  # OpenAI-style: the arguments object encoded as a string
         try:
-            raw = _loads(raw)
+            raw = strict_json(raw)
         except ValueError:
-            return _failed(
+            return failed_attempt(
                 ToolErrorKind.ARGUMENTS_NOT_OBJECT,
                 f"the arguments of {name!r} are a string that is not a JSON object",
             )
     if not isinstance(raw, dict):
-        return _failed(
+        return failed_attempt(
             ToolErrorKind.ARGUMENTS_NOT_OBJECT,
             f"the arguments of {name!r} must be a JSON object, got {_json_type(raw)}",
         )
@@ -175,7 +211,7 @@ def _json_type(value: Any) -> str:
 def _hermes_call(value: Any) -> CallAttempt:
     """One {"name": ..., "arguments": {...}} object, checked."""
     if not isinstance(value, dict):
-        return _failed(
+        return failed_attempt(
             ToolErrorKind.INVALID_JSON,
             'a tool call must be a JSON object {"name": ..., "arguments": {...}}, '
             f"got {_json_type(value)}",
@@ -183,30 +219,30 @@ def _hermes_call(value: Any) -> CallAttempt:
     name = value.get("name")
     if not isinstance(name, str) or not name.strip():
         got = "no name" if name is None else f"name {_dumps(name)}"
-        return _failed(
+        return failed_attempt(
             ToolErrorKind.MISSING_NAME,
             f'a tool call needs "name": the tool\'s name as a non-empty string; got {got}',
         )
     if "arguments" not in value:
         extra = sorted(k for k in value if k != "name")
         if extra:  # the arguments written beside "name" instead of inside "arguments"
-            return _failed(
+            return failed_attempt(
                 ToolErrorKind.ARGUMENTS_NOT_OBJECT,
                 f'put the arguments of {name!r} inside "arguments": {{...}}; '
                 f"unexpected key(s) {', '.join(map(repr, extra))} in the call",
             )
         # {} is ToolCall's default too (a mutant that drops it is equivalent)
         return CallAttempt(call=ToolCall(name=name, arguments={}), error=None)
-    return _arguments(name, value["arguments"])
+    return call_attempt(name, value["arguments"])
 
 
 def _hermes_block(body: str) -> list[CallAttempt]:
     """The calls in the text between one <tool_call> and its </tool_call>."""
     body = _unfence(body)
     try:
-        value = _loads(body)
+        value = strict_json(body)
     except ValueError as err:
-        return [_failed(ToolErrorKind.INVALID_JSON, f"invalid JSON in <tool_call>: {err}")]
+        return [failed_attempt(ToolErrorKind.INVALID_JSON, f"invalid JSON in <tool_call>: {err}")]
     if isinstance(value, list) and value:  # several calls in one tag
         return [_hermes_call(item) for item in value]
     return [_hermes_call(value)]
@@ -258,11 +294,11 @@ class HermesFormat:
 
     def _unclosed(self, cut_off: bool) -> CallAttempt:
         if cut_off:
-            return _failed(
+            return failed_attempt(
                 ToolErrorKind.TRUNCATED,
                 "the tool call was cut off by the length limit; write shorter calls",
             )
-        return _failed(
+        return failed_attempt(
             ToolErrorKind.INVALID_JSON,
             "unclosed <tool_call>: end every call with </tool_call>",
         )
@@ -297,22 +333,26 @@ def _react_blocks(text: str) -> list[tuple[str, str]]:
 def _react_call(name: str, raw_input: str | None, cut_off: bool) -> CallAttempt:
     """The call `Action: name` / `Action Input: raw_input`; `cut_off` if the turn ends in it."""
     if not name:
-        return _failed(ToolErrorKind.MISSING_NAME, "'Action:' must name the tool to call")
+        return failed_attempt(ToolErrorKind.MISSING_NAME, "'Action:' must name the tool to call")
     if raw_input is None:
         if cut_off:
-            return _failed(ToolErrorKind.TRUNCATED, "the call was cut off by the length limit")
-        return _failed(
+            return failed_attempt(
+                ToolErrorKind.TRUNCATED, "the call was cut off by the length limit"
+            )
+        return failed_attempt(
             ToolErrorKind.INVALID_JSON,
             f"'Action: {name}' needs an 'Action Input:' line with the arguments as a JSON "
             "object ({} for none)",
         )
     try:
-        value = _loads(_unfence(raw_input))
+        value = strict_json(_unfence(raw_input))
     except ValueError as err:
         if cut_off:
-            return _failed(ToolErrorKind.TRUNCATED, "the call was cut off by the length limit")
-        return _failed(ToolErrorKind.INVALID_JSON, f"invalid JSON in 'Action Input:': {err}")
-    return _arguments(name, value)
+            return failed_attempt(
+                ToolErrorKind.TRUNCATED, "the call was cut off by the length limit"
+            )
+        return failed_attempt(ToolErrorKind.INVALID_JSON, f"invalid JSON in 'Action Input:': {err}")
+    return call_attempt(name, value)
 
 
 class ReactFormat:

@@ -1,4 +1,4 @@
-"""Tools are plain typed Python functions; a `ToolBox` runs the model's calls to them.
+"""Tools from plain typed Python functions (`@tool`); a `ToolBox` runs the model's calls.
 
 `@tool` turns a function into a `Tool`: its JSON schema comes from the
 signature (every parameter annotated) and the Google docstring (the first
@@ -8,18 +8,25 @@ from the signature, in strict mode with extra arguments forbidden: `"3"` is
 *not* accepted for an `int`, nor `true` for an `int`, nor `2.0` for an `int`;
 an `int` is accepted for a `float`.
 
+The ToolBox runs any tool that satisfies `RunnableTool` (its name, schema,
+time limit, an argument check and a way to run a checked call): besides
+`Tool`, the JSON-schema tools of `agentgym.tools.function_tools` and the tools
+of an MCP server (`agentgym.tools.mcp`).
+
 `ToolBox.run` never raises for anything the model wrote or a tool did. Each
 problem (see `ToolErrorKind`) becomes a `ToolResult` whose content starts with
 "Error: " and says what was wrong, so the model can fix its next call, and the
 environment can count the errors with `error_counts`.
 
-Time limits: each call runs in a daemon worker thread that is abandoned when
-it runs past its limit. Python cannot kill a thread, so an abandoned call keeps
-running (and holding whatever it holds) in the background. A tool that can
-block for long should honour a deadline itself, or run its work in a
-subprocess or sandbox (`agentgym.sandboxes`). Objects bound to one thread
-(e.g. a `sqlite3` connection) must be created inside the tool, or the box
-built with `default_timeout_s=None`, which runs calls inline with no limit.
+Time limits: each call of a `Tool` (or a `SchemaTool`) runs in a daemon
+worker thread that is abandoned when it runs past its limit (`run_with_limit`);
+an MCP tool's server is killed instead. Python cannot kill a thread, so an
+abandoned call keeps running (and holding whatever it holds) in the
+background. A tool that can block for long should honour a deadline itself, or
+run its work in a subprocess or sandbox (`agentgym.sandboxes`). Objects bound
+to one thread (e.g. a `sqlite3` connection) must be created inside the tool, or
+the box built with `default_timeout_s=None`, which runs calls inline with no
+limit.
 
 The text formats of calls (Hermes, ReAct) live in `agentgym.tools.formats` and
 are re-exported here.
@@ -30,23 +37,68 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, overload
+from typing import Any, Protocol, overload, runtime_checkable
 
 import pydantic
 
 from agentgym.tools.formats import CallAttempt, ToolErrorKind, ToolResult
-from agentgym.tools.schema import arguments_model, parse_docstring, without_titles
+from agentgym.tools.schema import (
+    TOOL_NAME,
+    argument_path,
+    arguments_model,
+    parse_docstring,
+    without_titles,
+)
 from agentgym.types import ToolCall
 
-__all__ = ["Tool", "ToolBox", "error_counts", "tool"]
+__all__ = [
+    "CallOutcome",
+    "RunnableTool",
+    "Tool",
+    "ToolBox",
+    "error_counts",
+    "run_with_limit",
+    "tool",
+]
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function names allow
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """How one run of a tool ended: its result as text, what it raised, or a timeout."""
+
+    text: str = ""
+    raised: BaseException | None = None
+    timed_out: bool = False
+
+
+@runtime_checkable
+class RunnableTool(Protocol):
+    """What the `ToolBox` needs of a tool; `Tool`, `SchemaTool` and `McpTool` are ones."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def timeout_s(self) -> float | None:
+        """The tool's own time limit in seconds; None for the ToolBox's default."""
+        ...
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI/Hermes function schema: name, description, JSON-schema parameters."""
+        ...
+
+    def check_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any] | str:
+        """The keyword arguments to run with, or what is wrong with `arguments`, for the model."""
+        ...
+
+    def invoke(self, arguments: dict[str, Any], timeout_s: float | None) -> CallOutcome:
+        """Runs one checked call, giving up after `timeout_s` (None: no limit); never raises."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -78,6 +130,28 @@ class Tool:
             },
         }
 
+    def check_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any] | str:
+        """The arguments as the argument model checks them (strictly, no extras), or what is
+        wrong with them."""
+        try:
+            encoded = json.dumps(dict(arguments), ensure_ascii=False)
+        except (TypeError, ValueError):
+            encoded = None  # built in Python, not parsed from text: validate the objects
+        try:
+            if encoded is None:
+                checked = self.arguments.model_validate(dict(arguments))
+            else:  # JSON mode: strict, yet arrays fill tuples and strings fill enums
+                checked = self.arguments.model_validate_json(encoded)
+        except pydantic.ValidationError as err:
+            problems = "; ".join(_problem(e) for e in err.errors())
+            return f"{problems}. Expected {_signature(self)}"
+        fields = self.arguments.model_fields
+        return {info.alias or f: getattr(checked, f) for f, info in fields.items()}
+
+    def invoke(self, arguments: dict[str, Any], timeout_s: float | None) -> CallOutcome:
+        """Runs the function in a worker thread abandoned after `timeout_s` (see the module)."""
+        return run_with_limit(lambda: self.fn(**arguments), timeout_s, self.name)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calls the function directly, unchecked (for tests and reference solutions)."""
         return self.fn(*args, **kwargs)
@@ -108,7 +182,7 @@ def tool(
 
     def build(func: Callable[..., Any]) -> Tool:
         tool_name = name or func.__name__
-        if not _NAME.match(tool_name):
+        if not TOOL_NAME.match(tool_name):
             raise ValueError(f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'")
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"tool {tool_name}: timeout_s must be positive, got {timeout_s}")
@@ -157,7 +231,7 @@ def _problem(error: Mapping[str, Any]) -> str:
     loc = error["loc"]
     if not loc:
         return str(error["msg"])
-    where = str(loc[0]) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+    where = argument_path(loc)
     if error["type"] == "missing":
         return f"missing required argument {where!r}"
     if error["type"] == "extra_forbidden":
@@ -173,39 +247,39 @@ def _to_text(value: Any) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    text: str = ""
-    raised: BaseException | None = None
-    timed_out: bool = False
+def run_with_limit(fn: Callable[[], Any], limit_s: float | None, label: str) -> CallOutcome:
+    """Runs `fn` (and turns its result to text) in a worker thread, giving up after `limit_s`.
 
-
-def _run_with_limit(fn: Callable[[], Any], limit_s: float | None, label: str) -> _Outcome:
-    """Runs `fn` (and turns its result to text) in a worker thread, giving up after `limit_s`."""
+    Args:
+        fn: The call; what it returns becomes text (containers as JSON).
+        limit_s: Seconds to wait; None runs `fn` inline in the caller's thread.
+        label: Names the worker thread (`agentgym-tool-{label}`).
+    """
     if limit_s is None:
         try:
-            return _Outcome(text=_to_text(fn()))
+            return CallOutcome(text=_to_text(fn()))
         except (Exception, SystemExit) as err:  # KeyboardInterrupt still stops the run
-            return _Outcome(raised=err)
-    box: list[_Outcome] = []
+            return CallOutcome(raised=err)
+    box: list[CallOutcome] = []
 
     def work() -> None:
         try:
-            box.append(_Outcome(text=_to_text(fn())))
+            box.append(CallOutcome(text=_to_text(fn())))
         except BaseException as err:  # a worker thread; SystemExit would vanish silently
-            box.append(_Outcome(raised=err))
+            box.append(CallOutcome(raised=err))
 
     worker = threading.Thread(target=work, name=f"agentgym-tool-{label}", daemon=True)
     worker.start()
     worker.join(limit_s)
-    return box[0] if box else _Outcome(timed_out=True)
+    return box[0] if box else CallOutcome(timed_out=True)
 
 
 class ToolBox:
     """The tools of an environment; runs one turn's calls and reports each outcome.
 
     Args:
-        tools: The tools; their names must be unique.
+        tools: The tools (`@tool` functions, `schema_tool`s, an MCP server's `tools()`);
+            their names must be unique.
         max_result_chars: Longer results (and error messages) are cut to this
             many characters, with a marker saying how many were cut.
         max_argument_chars: Calls whose arguments, as JSON, are longer are refused.
@@ -216,17 +290,20 @@ class ToolBox:
 
     def __init__(
         self,
-        tools: Sequence[Tool],
+        tools: Sequence[RunnableTool],
         *,
         max_result_chars: int = 2000,
         max_argument_chars: int = 2000,
         max_calls_per_turn: int = 4,
         default_timeout_s: float | None = 5.0,
     ):
-        by_name: dict[str, Tool] = {}
+        by_name: dict[str, RunnableTool] = {}
         for t in tools:
-            if not isinstance(t, Tool):
-                raise TypeError(f"ToolBox takes Tools (decorate with @tool), got {t!r}")
+            if not isinstance(t, RunnableTool):
+                raise TypeError(
+                    "ToolBox takes tools (a function decorated with @tool, a schema_tool, "
+                    f"an MCP server's tools()), got {t!r}"
+                )
             if t.name in by_name:
                 raise ValueError(f"two tools are named {t.name!r}")
             by_name[t.name] = t
@@ -239,7 +316,7 @@ class ToolBox:
                 raise ValueError(f"{label} must be at least 1, got {value}")
         if default_timeout_s is not None and not default_timeout_s > 0:
             raise ValueError(f"default_timeout_s must be positive, got {default_timeout_s}")
-        self.tools: Mapping[str, Tool] = MappingProxyType(by_name)
+        self.tools: Mapping[str, RunnableTool] = MappingProxyType(by_name)
         self.max_result_chars = max_result_chars
         self.max_argument_chars = max_argument_chars
         self.max_calls_per_turn = max_calls_per_turn
@@ -278,7 +355,7 @@ class ToolBox:
             "tool calls per turn",
         )
 
-    def _check(self, call: ToolCall | None) -> ToolResult | tuple[Tool, dict[str, Any]]:
+    def _check(self, call: ToolCall | None) -> ToolResult | tuple[RunnableTool, dict[str, Any]]:
         """The tool and checked arguments of `call`, or the error result explaining why not."""
         name = getattr(call, "name", None)
         if not isinstance(name, str) or not name:
@@ -293,7 +370,7 @@ class ToolBox:
         try:
             encoded = json.dumps(dict(raw), ensure_ascii=False)
         except (TypeError, ValueError):
-            encoded = None  # built in Python, not parsed from text: validate the objects
+            encoded = None  # built in Python, not parsed from text: the tool checks the objects
         if encoded is not None and len(encoded) > self.max_argument_chars:
             return self._error(
                 name,
@@ -302,17 +379,13 @@ class ToolBox:
                 f"the limit is {self.max_argument_chars}",
             )
         try:
-            if encoded is None:
-                checked = tool_.arguments.model_validate(dict(raw))
-            else:  # JSON mode: strict, yet arrays fill tuples and strings fill enums
-                checked = tool_.arguments.model_validate_json(encoded)
-        except pydantic.ValidationError as err:
-            problems = "; ".join(_problem(e) for e in err.errors())
-            message = f"invalid arguments for {name!r}: {problems}. Expected {_signature(tool_)}"
+            checked = tool_.check_arguments(raw)
+        except Exception as err:  # a broken tool must not break the run
+            checked = f"the arguments could not be checked: {type(err).__name__}: {err}"
+        if isinstance(checked, str):
+            message = f"invalid arguments for {name!r}: {checked}"
             return self._error(name, ToolErrorKind.INVALID_ARGUMENTS, message)
-        fields = tool_.arguments.model_fields
-        kwargs = {info.alias or f: getattr(checked, f) for f, info in fields.items()}
-        return tool_, kwargs
+        return tool_, checked
 
     def _unknown(self, name: str) -> str:
         if not self.tools:
@@ -329,9 +402,13 @@ class ToolBox:
         limit = tool_.timeout_s if tool_.timeout_s is not None else self.default_timeout_s
         if limit is not None and math.isinf(limit):
             limit = None
-        outcome = _run_with_limit(lambda: tool_.fn(**kwargs), limit, tool_.name)
+        try:
+            outcome = tool_.invoke(kwargs, limit)
+        except Exception as broken:  # a broken tool must not break the run
+            outcome = CallOutcome(raised=broken)
         if outcome.timed_out:
-            message = f"tool {tool_.name!r} did not finish within {limit:g} s"
+            within = f" within {limit:g} s" if limit is not None else ""
+            message = f"tool {tool_.name!r} did not finish{within}"
             return self._error(tool_.name, ToolErrorKind.TIMEOUT, message)
         if outcome.raised is not None:
             err = outcome.raised

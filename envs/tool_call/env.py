@@ -17,9 +17,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agentgym.env.core import SPLITS, Split, Task, interleave
+from agentgym.env.templates import ToolFormatName
 from agentgym.env.tool_env import ExpectedCall, ToolEnv
 from agentgym.envs.tool_call.calculator import calculate, same_value
 from agentgym.envs.tool_call.store import SCHEMA_TEXT, ReadOnlyStore
@@ -84,8 +85,8 @@ class ToolCallEnv(ToolEnv):
     Args:
         families: Task families to draw from; valid: `FAMILIES`.
         seed: Seed of the problems and of the shop database.
-        tool_format, max_turns, max_result_chars, max_calls_per_turn,
-        reward_weights, system_prompt, render_mode: as for `ToolEnv`.
+        tool_format, tool_parser, mcp_servers, max_turns, max_result_chars,
+        max_calls_per_turn, reward_weights, system_prompt, render_mode: as for `ToolEnv`.
         python: Also offer a `python` tool, run in a sandbox (`envs/code/python_tool.py`).
         sandbox: The kind of that sandbox, for `make_sandbox` ("local" or "docker").
     """
@@ -94,7 +95,7 @@ class ToolCallEnv(ToolEnv):
         self,
         families: Sequence[str] = FAMILIES,
         seed: int = 0,
-        tool_format: Literal["hermes", "react"] = "hermes",
+        tool_format: ToolFormatName = "auto",
         max_turns: int | None = None,
         max_result_chars: int = 2000,
         max_calls_per_turn: int = 4,
@@ -103,6 +104,8 @@ class ToolCallEnv(ToolEnv):
         render_mode: str | None = None,
         python: bool = False,
         sandbox: str = "local",
+        tool_parser: str | None = None,
+        mcp_servers: Sequence[Mapping[str, Any]] = (),
     ):
         self.families = _check_families(families)
         self.python = python
@@ -114,6 +117,8 @@ class ToolCallEnv(ToolEnv):
         self.store = ReadOnlyStore(seed)
         super().__init__(
             tool_format=tool_format,
+            tool_parser=tool_parser,
+            mcp_servers=mcp_servers,
             max_turns=max_turns,
             max_result_chars=max_result_chars,
             max_calls_per_turn=max_calls_per_turn,
