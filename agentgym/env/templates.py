@@ -64,7 +64,6 @@ class _UnboundNative(NativeFormat):
         )
 
 
-
 class TemplateFormat:
     """The format a `ToolEnv` asked for, and the one it speaks with a given tokenizer.
 
