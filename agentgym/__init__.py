@@ -29,6 +29,16 @@ if "agentgym/ToolCall-v0" not in gym.registry:
         max_episode_steps=6,
     )
 
+if "agentgym/Mix-v0" not in gym.registry:
+    gym.register(id="agentgym/Mix-v0", entry_point="agentgym.env.mixture:EnvMix")
+
+if "agentgym/Tasks-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/Tasks-v0",
+        entry_point="agentgym.envs.tasks.env:make_tasks_env",
+        max_episode_steps=6,
+    )
+
 __all__ = [
     "AgentEnv",
     "Batch",

@@ -268,9 +268,26 @@ class EvalConfig(_Section):
     )
 
 
+MIX_ENV = "agentgym/Mix-v0"  # several envs as one: `run.envs`
+
+
 class RunConfig(_Section):
     env: str = Field("math", description="Env: a short name, a registered id, or module:Env-v0.")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to gym.make.")
+    envs: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description=f"Several envs: [{{env, weight, env_kwargs, name}}, ...]; sets env={MIX_ENV}.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mix(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("envs"):  # a checkpoint's config holds all three
+            if data.get("env", "math") not in ("math", MIX_ENV):
+                raise ValueError("set run.envs or run.env (with run.env_kwargs), not both")
+            data = {**data, "env": MIX_ENV, "env_kwargs": {"envs": data["envs"]}}
+        return data
+
     steps: int = Field(100, ge=1, description="Training steps.")
     seed: int = Field(0, description="Seeds task choice, sampling and initialisation.")
     output: Path | None = Field(
@@ -338,9 +355,8 @@ class RewardsConfig(_Section):
 class DistributedConfig(_Section):
     backend: Literal["none", "ray"] = Field(
         "none",
-        description="Where rollouts run: 'none' in this process, 'ray' on Ray actors "
-        "(rollout_workers of them, each with its own policy, transformers or a vLLM engine "
-        "as policy.backend says, and its own environments).",
+        description="Where rollouts run: 'none' in this process, 'ray' on rollout_workers Ray "
+        "actors, each with its own policy (policy.backend) and environments.",
     )
     rollout_workers: int = Field(1, ge=1, description="Ray rollout actors (backend: ray).")
     ray_address: str | None = Field(
@@ -352,11 +368,9 @@ class DistributedConfig(_Section):
     )
     weight_sync: Literal["object_store", "collective"] = Field(
         "object_store",
-        description="How new weights reach the Ray workers after each learner step: "
-        "'object_store', a CPU copy through Ray's object store, or 'collective', a broadcast "
-        "from the learner in a process group of its own with the workers (NCCL where the "
-        "weights and workers are on GPUs, gloo otherwise); the driver must be on a cluster "
-        "node (not a ray:// client).",
+        description="How new weights reach the Ray workers after each step: 'object_store' (a "
+        "CPU copy through Ray's object store) or 'collective' (a broadcast in a process group "
+        "of the learner and workers, NCCL on GPUs, else gloo; the driver on a cluster node).",
     )
     learner: Literal["ddp", "fsdp"] = Field(
         "ddp",
@@ -369,14 +383,10 @@ class DistributedConfig(_Section):
     @model_validator(mode="after")
     def _collective_on_ray(self) -> DistributedConfig:
         if self.weight_sync == "collective" and self.backend != "ray":
-            raise ValueError(
-                "weight_sync 'collective' sends weights to Ray rollout workers; "
-                "it needs distributed.backend 'ray'"
-            )
+            raise ValueError("weight_sync 'collective' needs distributed.backend 'ray'")
         if self.weight_sync == "collective" and (self.ray_address or "").startswith("ray://"):
             raise ValueError(
-                "weight_sync 'collective' needs the driver on a node of the cluster (the "
-                "workers connect to it); through a Ray client (ray://) use 'object_store'"
+                "weight_sync 'collective' through ray:// (a client): use 'object_store'"
             )
         return self
 
@@ -415,14 +425,6 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
             f"unknown config key {key!r}; valid fields of {section!r}: " + ", ".join(fields)
         )
     data.setdefault(section, {})[field] = value
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """Splits `section.field=value`; the value is read as YAML (so 0.02, true, [a, b] work)."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"--set {item!r}: expected section.field=value, e.g. grpo.beta=0.02")
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
 
 
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Config:

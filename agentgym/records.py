@@ -74,6 +74,16 @@ REWARD_FIRST_ERROR = declare("reward/first_error", "The first such reward's mess
 ENV_FIRST_ERROR = declare("env/first_error", "The first such exception.")
 TOOL_CALLS = declare("tools/calls_per_episode", "Tool calls per episode.")
 TOOL_ERROR_RATE = declare("tools/error_rate", "Failed tool calls per call.")
+ENV_PREFIX = "env/"
+"""Figures of one member of an env mix (`run.envs`): env/<name>/reward/mean and
+env/<name>/correctness_rate."""
+
+
+def env_metric(name: str, metric: str) -> str:
+    """The key of `metric` over the episodes of the env mix's member `name`."""
+    return f"{ENV_PREFIX}{name}/{metric}"
+
+
 TOOL_ERRORS_PREFIX = "tools/error_rate/"
 """Failed calls per call of one kind: tools/error_rate/<kind> (unknown_tool, ...)."""
 REWARD_PENALISED = declare("reward/penalised_mean", "Mean reward after grpo.length_penalty.")

@@ -104,6 +104,7 @@ class Trajectory:
     error: str | None = None
     reward_error: str | None = None
     token_versions: tuple[int, ...] = ()
+    env: str | None = None
     """`turn_spans[k]` is the [start, end) of turn k's sampled ids in `tokens`.
     `counts` sums the numeric counters environments report in `info` over the
     episode: "tool_calls" and "tool_errors/<kind>". `error` is the exception
@@ -111,7 +112,8 @@ class Trajectory:
     why the reward is not a verified outcome (a reward function failed, or the
     environment's reward is not finite). `token_versions[i]` is the policy version
     that sampled `tokens[i]` (-1 where the policy did not sample it); empty until a
-    `Sampler` stamps it."""
+    `Sampler` stamps it. `env` names the member of an env mix (`agentgym.env.mixture`)
+    that played the episode; None outside a mix."""
 
     @property
     def completion_length(self) -> int:

@@ -171,10 +171,22 @@ def interleave(families: Sequence[str], index: int, total: int) -> tuple[str, in
     return families[index % len(families)], index // len(families)
 
 
+def check_difficulty(difficulty: Any, levels: int) -> int:
+    """`difficulty` if it is a level from 1 to `levels`; ValueError naming the range otherwise."""
+    if (
+        isinstance(difficulty, bool)
+        or not isinstance(difficulty, int)
+        or not 1 <= difficulty <= levels
+    ):
+        raise ValueError(f"difficulty={difficulty!r}; valid: an int from 1 to {levels}")
+    return difficulty
+
+
 SHORT_NAMES = {
     "math": "agentgym/Math-v0",
     "code": "agentgym/Code-v0",
     "tool_call": "agentgym/ToolCall-v0",
+    "tasks": "agentgym/Tasks-v0",
 }
 """The CLI's short names of the built-in environments (`import agentgym` registers them)."""
 

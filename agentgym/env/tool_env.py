@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -54,7 +53,7 @@ from typing import Any
 
 from agentgym.env.core import AgentEnv, Feedback, Task
 from agentgym.env.templates import TemplateFormat, ToolFormatName
-from agentgym.rewards.verifiable import answers_equal, combine
+from agentgym.rewards.verifiable import answers_equal, check_weights, combine
 from agentgym.tools import (
     CallAttempt,
     Tool,
@@ -131,23 +130,6 @@ def tool_reward(expected: Sequence[ExpectedCall], calls: Sequence[ToolCall]) -> 
     return score / len(expected)
 
 
-def _check_weights(weights: Mapping[str, float] | None) -> Mapping[str, float]:
-    if weights is None:
-        return DEFAULT_REWARD_WEIGHTS
-    for key, value in weights.items():
-        if key not in REWARD_PARTS:
-            raise ValueError(
-                f"reward_weights has unknown part {key!r}; valid: {', '.join(REWARD_PARTS)}"
-            )
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise ValueError(f"reward_weights[{key!r}]={value!r}; valid: a finite number")
-    return MappingProxyType({k: float(v) for k, v in weights.items()})
-
-
 class ToolEnv(AgentEnv):
     """Base class of tool-use environments: multi-turn, tools in the model's format.
 
@@ -222,7 +204,7 @@ class ToolEnv(AgentEnv):
         ):
             raise ValueError(f"max_turns={max_turns!r}; valid: None or an int >= 1")
         self.max_turns = max_turns
-        self.reward_weights = _check_weights(reward_weights)
+        self.reward_weights = check_weights(reward_weights, REWARD_PARTS, DEFAULT_REWARD_WEIGHTS)
         self._box_options = {
             "max_result_chars": max_result_chars,
             "max_calls_per_turn": max_calls_per_turn,

@@ -16,6 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from agentgym.config import MIX_ENV
+from agentgym.env.mixture import member_name
 from agentgym.eval.heldout import EpisodeScore, TaskResult
 from agentgym.eval.stats import maj_at_k, paired_bootstrap, pass_at_k
 from agentgym.records import Comparison, Figures, Interval, ModelSummary, Report
@@ -121,6 +123,13 @@ TABLE_COLUMNS = (
 """The greedy figures the printed and markdown tables show, with their headers."""
 
 
+def env_names(meta: Mapping[str, Any]) -> list[str]:
+    """The members of the env mix a report's `meta` (env, env_kwargs) names; [] for one env."""
+    if meta.get("env") != MIX_ENV:
+        return []
+    return [member_name(entry) for entry in meta.get("env_kwargs", {}).get("envs", [])]
+
+
 def build_report(
     results: Mapping[str, Sequence[TaskResult]],
     *,
@@ -130,11 +139,24 @@ def build_report(
 ) -> Report:
     """The report of one or more models on the same tasks: each model's `summarize`,
     `compare(a, b)` as "<a> - <b>" for each pair in `comparisons`, the per-task
-    `task_records`."""
+    `task_records`. On an env mix (`meta` names it), each model and comparison also
+    per member, over its tasks: "<model> (<env>)", "<a> - <b> (<env>)"."""
+    meta = dict(meta or {})
+    groups = {"": results}
+    for env in env_names(meta):
+        mine = {m: [r for r in rs if r.task_id.startswith(f"{env}:")] for m, rs in results.items()}
+        if all(mine.values()):
+            groups[f" ({env})"] = mine
     return Report(
-        meta=dict(meta or {}),
-        models={name: summarize(r, k) for name, r in results.items()},
-        comparisons={f"{a} - {b}": compare(results[a], results[b]) for a, b in comparisons},
+        meta=meta,
+        models={
+            f"{name}{g}": summarize(r, k) for g, rs in groups.items() for name, r in rs.items()
+        },
+        comparisons={
+            f"{a} - {b}{g}": compare(rs[a], rs[b])
+            for g, rs in groups.items()
+            for a, b in comparisons
+        },
         tasks={name: task_records(r) for name, r in results.items()},
     )
 

@@ -22,7 +22,8 @@ import json
 import math
 import re
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from types import MappingProxyType
 from typing import Literal, get_args
 
 import sympy
@@ -174,3 +175,22 @@ def combine(parts: Mapping[str, float], weights: Mapping[str, float]) -> float:
     if missing:
         raise ValueError(f"reward weight(s) {missing} have no reward part; parts: {sorted(parts)}")
     return float(sum(w * parts[key] for key, w in weights.items()))
+
+
+def check_weights(
+    weights: Mapping[str, float] | None, parts: Sequence[str], default: Mapping[str, float]
+) -> Mapping[str, float]:
+    """Reward weights, checked: every key one of `parts`, every value a finite number;
+    `default` for None. ValueError naming the key and what is valid otherwise."""
+    if weights is None:
+        return default
+    for key, value in weights.items():
+        if key not in parts:
+            raise ValueError(f"reward_weights has unknown part {key!r}; valid: {', '.join(parts)}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"reward_weights[{key!r}]={value!r}; valid: a finite number")
+    return MappingProxyType({k: float(v) for k, v in weights.items()})

@@ -61,6 +61,7 @@ class _Episode:
     done: bool = False
     error: str | None = None
     tools: list[dict[str, Any]] | None = None  # given to the template: the env is native
+    env_name: str | None = None  # the member of an env mix that plays it
 
 
 _SENTINEL = "\u2063agentgym-end-of-content\u2063"
@@ -167,6 +168,7 @@ def _start(
         loss_mask=[0] * len(prompt),
         logprobs=[0.0] * len(prompt),
         tools=tools,
+        env_name=info.get("env"),
     )
 
 
@@ -276,4 +278,5 @@ def _finish(ep: _Episode) -> Trajectory:
         counts=dict(ep.counts),
         error=ep.error,
         reward_error=None if math.isfinite(ep.reward) else f"environment reward is {ep.reward}",
+        env=ep.env_name,
     )

@@ -31,6 +31,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
     return {
         **tool_metrics(trajectories),
+        **env_metrics(trajectories),
         records.REWARD_MEAN: float(rewards.mean()),
         records.REWARD_STD: float(rewards.std(unbiased=False)),
         records.REWARD_MAX: float(rewards.max()),
@@ -40,6 +41,23 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         records.COMPLETION_LENGTH: float(lengths.mean()),
         records.TRUNCATED_FRACTION: sum(t.truncated for t in trajectories) / len(trajectories),
     }
+
+
+def env_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Per member of an env mix: `env/<name>/reward/mean` (scorable episodes; NaN for none)
+    and `env/<name>/correctness_rate` (NaN when it reports no correctness). Empty outside a mix."""
+    out: dict[str, float] = {}
+    for name in sorted({t.env for t in trajectories if t.env is not None}):
+        mine = [t for t in trajectories if t.env == name]
+        scored = [t.reward for t in mine if t.scorable]
+        parts = [t.reward_parts["correctness"] for t in mine if "correctness" in t.reward_parts]
+        out[records.env_metric(name, records.REWARD_MEAN)] = (
+            sum(scored) / len(scored) if scored else math.nan
+        )
+        out[records.env_metric(name, records.CORRECTNESS_RATE)] = (
+            sum(v >= 1.0 for v in parts) / len(parts) if parts else math.nan
+        )
+    return out
 
 
 def failure_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float | str]:

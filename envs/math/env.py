@@ -1,7 +1,10 @@
 """`MathEnv`: one-turn math problems from reasoning-gym, judged by math-verify.
 
 Each episode is one problem. The agent reasons and ends with `\\boxed{ANSWER}`;
-the reward is the tutorial's `math_reward + 0.1 * format_reward`.
+the reward is the tutorial's `math_reward + 0.1 * format_reward`. The numeric
+datasets of `GENERATORS` are judged by math-verify; any other reasoning-gym
+dataset by its own `score_answer` on the boxed answer (-1.0 without one).
+`difficulty` and `dataset_config` choose each dataset's config (`levels.py`).
 
 Tasks are procedural and offline. reasoning-gym builds item `i` of a dataset
 from `Random(seed + i)`, so each split reads its own stream of seeds, `_STREAM`
@@ -14,22 +17,22 @@ test are disjoint in question text, and a task id always names the same task.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from agentgym.env.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
+from agentgym.envs.math.levels import (
+    GENERATORS,
+    check_difficulty,
+    check_generators,
+    dataset_configs,
+)
 from agentgym.rewards.verifiable import Format, combine, extract_boxed, format_reward, math_reward
 
-GENERATORS: tuple[str, ...] = (
-    "gsm_symbolic",
-    "basic_arithmetic",
-    "chain_sum",
-    "products",
-    "leg_counting",
-)
-"""reasoning-gym datasets whose answers are numbers math-verify can judge."""
+__all__ = ["DEFAULT_GENERATORS", "GENERATORS", "MathEnv"]
 
 DEFAULT_GENERATORS: tuple[str, ...] = ("gsm_symbolic", "basic_arithmetic", "chain_sum")
 
@@ -39,28 +42,33 @@ _TASK_ID = re.compile(r"(?P<generator>\w+)/(?P<split>\w+)/(?P<index>\d+)")
 
 
 @functools.lru_cache(maxsize=256)
-def _dataset(name: str, size: int, seed: int) -> Any:
-    """A reasoning-gym dataset; items are generated on access, so this is cheap."""
+def _dataset(name: str, size: int, seed: int, config: str) -> Any:
+    """A reasoning-gym dataset; items are generated on access, so this is cheap.
+
+    `config` holds the dataset's config fields as JSON (a hashable cache key).
+    """
     import reasoning_gym  # ~2 s to import; only when a task is first needed
 
-    return reasoning_gym.create_dataset(name, size=size, seed=seed)
+    return reasoning_gym.create_dataset(name, size=size, seed=seed, **json.loads(config))
 
 
 @functools.lru_cache(maxsize=256)
-def _test_questions(name: str, size: int, seed: int) -> frozenset[str]:
+def _test_questions(name: str, size: int, seed: int, config: str) -> frozenset[str]:
     """The question texts of a generator's test split."""
-    dataset = _dataset(name, size, seed + _STREAM)
+    dataset = _dataset(name, size, seed + _STREAM, config)
     return frozenset(dataset[i]["question"] for i in range(size))
 
 
-def _item(name: str, split: Split, index: int, sizes: dict[str, int], seed: int) -> dict:
+def _item(
+    name: str, split: Split, index: int, sizes: dict[str, int], seed: int, config: str
+) -> dict:
     """The reasoning-gym item behind one task id (a dict with question and answer)."""
     if split == "test":
-        return _dataset(name, sizes["test"], seed + _STREAM)[index]
-    held_out = _test_questions(name, sizes["test"], seed)
+        return _dataset(name, sizes["test"], seed + _STREAM, config)[index]
+    held_out = _test_questions(name, sizes["test"], seed, config)
     for redraw in range(_MAX_REDRAWS):
         stream = 0 if redraw == 0 else redraw + 1  # stream 1 is the test split's
-        item = _dataset(name, sizes["train"], seed + stream * _STREAM)[index]
+        item = _dataset(name, sizes["train"], seed + stream * _STREAM, config)[index]
         if item["question"] not in held_out:
             return item
     raise RuntimeError(
@@ -75,17 +83,22 @@ def _check_size(field: str, value: Any) -> int:
     return value
 
 
-def _check_generators(generators: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(generators, str):
-        generators = (generators,)
-    unknown = [g for g in generators if g not in GENERATORS]
-    if unknown or not generators:
+def _scorer(name: str, seed: int, config: str) -> Any:
+    """A one-item copy of a dataset with the env's config, for its `score_answer`."""
+    return _dataset(name, 1, seed + _STREAM, config)
+
+
+def _check_config(name: str, config: str, difficulty: int, seed: int) -> None:
+    """Builds the dataset once, so that reasoning-gym refuses a bad config now, by name."""
+    if config == "{}" and name in GENERATORS:
+        return  # reasoning-gym's defaults, known good: no need to import it yet
+    try:
+        _scorer(name, seed, config)
+    except (AssertionError, AttributeError, KeyError, TypeError, ValueError) as err:
         raise ValueError(
-            f"generators={tuple(generators)!r}; valid: a non-empty subset of {GENERATORS}"
-        )
-    if len(set(generators)) != len(generators):
-        raise ValueError(f"generators={tuple(generators)!r} repeats a name")
-    return tuple(generators)
+            f"reasoning-gym cannot build {name!r} at difficulty={difficulty} with config "
+            f"{config}: {err or type(err).__name__}"
+        ) from None
 
 
 class MathEnv(AgentEnv):
@@ -95,12 +108,17 @@ class MathEnv(AgentEnv):
     The splits interleave the generators, so a seed picks any of them.
 
     Args:
-        generators: reasoning-gym datasets to draw from; valid: `GENERATORS`.
+        generators: reasoning-gym datasets to draw from: any installed one
+            (`levels.registered_datasets()`); `GENERATORS` are the numeric ones.
         train_size: Problems per generator in the train split.
         test_size: Problems per generator in the test split (held out).
         seed: Seed of the problem streams; the same seed gives the same tasks.
         system_prompt: The system message; None for `default_system_prompt`.
         render_mode: None or "ansi".
+        difficulty: 1 to `levels.LEVELS`; 1 is reasoning-gym's default configs
+            (see `levels.py` for what each level sets).
+        dataset_config: Config fields per generator, e.g.
+            `{"basic_arithmetic": {"min_terms": 3}}`, on top of the level's.
     """
 
     default_system_prompt = (
@@ -118,9 +136,11 @@ class MathEnv(AgentEnv):
         seed: int = 0,
         system_prompt: str | None = None,
         render_mode: str | None = None,
+        difficulty: int = 1,
+        dataset_config: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         super().__init__(system_prompt=system_prompt, render_mode=render_mode)
-        self.generators = _check_generators(generators)
+        self.generators = check_generators(generators)
         self.sizes = {
             "train": _check_size("train_size", train_size),
             "test": _check_size("test_size", test_size),
@@ -128,6 +148,10 @@ class MathEnv(AgentEnv):
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
             raise ValueError(f"seed={seed!r}; valid: an int from 0 to 2**31 - 1")
         self.seed = seed
+        self.difficulty = check_difficulty(difficulty)
+        self.configs = dataset_configs(self.generators, self.difficulty, dataset_config)
+        for name, config in self.configs.items():
+            _check_config(name, config, self.difficulty, seed)
 
     def num_tasks(self, split: Split) -> int:
         return len(self.generators) * self.sizes[split]
@@ -138,9 +162,12 @@ class MathEnv(AgentEnv):
 
     def load_task(self, task_id: str) -> Task:
         generator, split, index = self._parse_task_id(task_id)
-        item = _item(generator, split, index, self.sizes, self.seed)
+        item = self._entry(generator, split, index)
         metadata = {"generator": generator, "split": split, "index": index}
         return Task(task_id, item["question"], answer=str(item["answer"]), metadata=metadata)
+
+    def _entry(self, generator: str, split: Split, index: int) -> dict:
+        return _item(generator, split, index, self.sizes, self.seed, self.configs[generator])
 
     def _parse_task_id(self, task_id: str) -> tuple[str, Split, int]:
         """(generator, split, index) of a task id; KeyError naming the id if it is none."""
@@ -163,12 +190,25 @@ class MathEnv(AgentEnv):
         """The answer in the expected format (SFT teaches the format, FAQ 1)."""
         return [f"The answer is \\boxed{{{task.answer}}}."]
 
+    def correctness(self, task: Task, action: str) -> float:
+        """-1.0 without a boxed answer; else math-verify's 1.0 or 0.0 for the numeric
+        `GENERATORS`, or the dataset's own `score_answer` (0.0 to 1.0) for any other."""
+        generator = task.metadata["generator"]
+        if generator in GENERATORS:
+            return math_reward(action, task.answer)
+        extracted = extract_boxed(action)
+        if extracted is None:
+            return -1.0
+        entry = self._entry(generator, task.metadata["split"], task.metadata["index"])
+        scorer = _scorer(generator, self.seed, self.configs[generator])
+        return float(scorer.score_answer(extracted, entry))
+
     def respond(self, action: str) -> Feedback:
-        """Scores the boxed answer: `math_reward + 0.1 * format_reward`; ends the episode."""
+        """Scores the boxed answer: `correctness + 0.1 * format_reward`; ends the episode."""
         assert self.task is not None  # step() checked it
         expected = self.task.answer
         parts = {
-            "correctness": math_reward(action, expected),
+            "correctness": self.correctness(self.task, action),
             "format": format_reward(action, formats=self.formats),
         }
         info = {

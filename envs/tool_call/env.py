@@ -23,6 +23,7 @@ from agentgym.env.core import SPLITS, Split, Task, interleave
 from agentgym.env.templates import ToolFormatName
 from agentgym.env.tool_env import ExpectedCall, ToolEnv
 from agentgym.envs.tool_call.calculator import calculate, same_value
+from agentgym.envs.tool_call.problem import check_difficulty
 from agentgym.envs.tool_call.store import SCHEMA_TEXT, ReadOnlyStore
 from agentgym.envs.tool_call.tasks import FAMILIES, family_size, problem
 from agentgym.tools import Tool, tool
@@ -85,6 +86,7 @@ class ToolCallEnv(ToolEnv):
     Args:
         families: Task families to draw from; valid: `FAMILIES`.
         seed: Seed of the problems and of the shop database.
+        difficulty: 1 (the original tasks) to 5, per family as in `tasks.py`.
         tool_format, tool_parser, mcp_servers, max_turns, max_result_chars,
         max_calls_per_turn, reward_weights, system_prompt, render_mode: as for `ToolEnv`.
         python: Also offer a `python` tool, run in a sandbox (`envs/code/python_tool.py`).
@@ -106,8 +108,10 @@ class ToolCallEnv(ToolEnv):
         sandbox: str = "local",
         tool_parser: str | None = None,
         mcp_servers: Sequence[Mapping[str, Any]] = (),
+        difficulty: int = 1,
     ):
         self.families = _check_families(families)
+        self.difficulty = check_difficulty(difficulty)
         self.python = python
         self.sandbox_kind = sandbox
         self.sandbox: Sandbox | None = None  # made on first use when `python` is on
@@ -190,7 +194,7 @@ class ToolCallEnv(ToolEnv):
     # -- tasks -----------------------------------------------------------------
 
     def _size(self, family: str, split: Split) -> int:
-        return family_size(family, self.seed, split)
+        return family_size(family, self.seed, split, self.difficulty)
 
     def num_tasks(self, split: Split) -> int:
         return len(self.families) * max(self._size(f, split) for f in self.families)
@@ -201,7 +205,7 @@ class ToolCallEnv(ToolEnv):
 
     def load_task(self, task_id: str) -> Task:
         family, split, index = self._parse_task_id(task_id)
-        found = problem(family, self.seed, split, index)
+        found = problem(family, self.seed, split, index, self.difficulty)
         metadata = {
             "family": family,
             "split": split,

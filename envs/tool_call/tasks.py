@@ -5,13 +5,29 @@ answer, and the tool calls of a reference solution. Every problem needs a
 tool: the arithmetic is too long to do reliably in one's head, and the data
 lives only in the shop database.
 
+Each family has `LEVELS` difficulty levels. Level 1 is the tasks below, the
+same for the same ids at every release; the harder levels are built in
+`calculator_levels.py`, `sql_levels.py` and `chain_levels.py`:
+
+- `calculator`: 1: six templates of 3-4 operands with 3-6 digits; 2: 5
+  operands of 3-5 digits; 3: 6 of 3-6 digits, with a `//`; 4: 7-8 of 4-7
+  digits, with up to two `//` or `%`; 5: 9-10 of 5-9 digits, and small powers.
+- `sql`: 1: one-join counts and sums about one customer or product; 2: three
+  tables, filters on several columns; 3: GROUP BY, HAVING, COUNT(DISTINCT);
+  4: revenue over three tables and three filters; 5: groups against
+  thresholds and a subquery's average.
+- `chain`: 1: sql then calculator (2 calls); 2: find a customer, then 1 (3);
+  3: 2 with a discount (4); 4: find a city, then 3 (5); 5: 4 ranked by revenue.
+
 The splits are disjoint by construction, not by luck:
 
 - `calculator`: the operands of a train problem sum to an even number, those of
   a test problem to an odd one (a draw with the wrong parity is redrawn), so no
   expression is in both splits.
 - `sql` and `chain`: questions about customers and products with odd ids are
-  train questions, even ids test ones.
+  train questions, even ids test ones; above level 1, questions keyed by
+  cities, categories, years or thresholds go by the parity of the sum of their
+  indices (`problem.in_split`).
 """
 
 from __future__ import annotations
@@ -26,25 +42,14 @@ from fractions import Fraction
 
 from agentgym.env.core import Split
 from agentgym.envs.tool_call.calculator import evaluate, format_number
+from agentgym.envs.tool_call.calculator_levels import harder_calculator_problem
+from agentgym.envs.tool_call.chain_levels import harder_chain_problems
+from agentgym.envs.tool_call.problem import TAX_RATES, Problem, split_parity
+from agentgym.envs.tool_call.sql_levels import harder_sql_problems
 from agentgym.envs.tool_call.store import YEARS, shop_data
 from agentgym.types import ToolCall
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One task: its prompt, its answer, and the calls of a reference solution."""
-
-    prompt: str
-    answer: str
-    calls: tuple[ToolCall, ...]
-
-
 CALCULATOR_SIZES = {"train": 100_000, "test": 500}
-TAX_RATES = ("5", "6.5", "7", "7.25", "8", "8.5", "9.5", "12")
-
-
-def _split_parity(split: Split) -> int:
-    return 0 if split == "train" else 1
 
 
 # -- calculator -----------------------------------------------------------------
@@ -78,7 +83,7 @@ def calculator_problem(seed: int, split: Split, index: int) -> Problem:
     rng = random.Random(f"agentgym/tool_call/calculator/{seed}/{split}/{index}")
     while True:
         expression, operands = _calc_templates(rng)
-        if sum(operands) % 2 == _split_parity(split):
+        if sum(operands) % 2 == split_parity(split):
             break
     answer = format_number(evaluate(expression))
     call = ToolCall("calculator", {"expression": expression})
@@ -124,7 +129,7 @@ _BY_CUSTOMER = "FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.n
 
 def _sql_problems(seed: int, split: Split) -> list[Problem]:
     data, facts = shop_data(seed), _facts(seed)
-    parity = 1 - _split_parity(split)  # odd ids train, even ids test
+    parity = 1 - split_parity(split)  # odd ids train, even ids test
     problems = []
     for cid, name, _ in data.customers:
         if cid % 2 != parity:
@@ -156,7 +161,7 @@ def _sql_problems(seed: int, split: Split) -> list[Problem]:
 
 def _chain_problems(seed: int, split: Split) -> list[Problem]:
     data, facts = shop_data(seed), _facts(seed)
-    parity = 1 - _split_parity(split)
+    parity = 1 - split_parity(split)
     problems = []
     for cid, name, _ in data.customers:
         for year in YEARS:
@@ -188,10 +193,15 @@ def _chain_problems(seed: int, split: Split) -> list[Problem]:
 
 
 @functools.lru_cache(maxsize=64)
-def _listed(family: str, seed: int, split: Split) -> tuple[Problem, ...]:
+def _listed(family: str, seed: int, split: Split, difficulty: int) -> tuple[Problem, ...]:
     """A listed family's problems in a seeded order (the shop's size bounds their number)."""
-    problems = _LISTED[family](seed, split)
-    random.Random(f"agentgym/tool_call/{family}/order/{seed}/{split}").shuffle(problems)
+    if difficulty == 1:
+        problems = _LISTED[family](seed, split)
+        order = f"agentgym/tool_call/{family}/order/{seed}/{split}"
+    else:
+        problems = _HARDER[family](seed, split, difficulty)
+        order = f"agentgym/tool_call/{family}/order/level{difficulty}/{seed}/{split}"
+    random.Random(order).shuffle(problems)
     return tuple(problems)
 
 
@@ -199,19 +209,25 @@ _LISTED: dict[str, Callable[[int, Split], list[Problem]]] = {
     "sql": _sql_problems,
     "chain": _chain_problems,
 }
+_HARDER: dict[str, Callable[[int, Split, int], list[Problem]]] = {
+    "sql": harder_sql_problems,
+    "chain": harder_chain_problems,
+}
 
 FAMILIES: tuple[str, ...] = ("calculator", "sql", "chain")
 
 
-def family_size(family: str, seed: int, split: Split) -> int:
-    """How many problems `family` holds in `split`."""
+def family_size(family: str, seed: int, split: Split, difficulty: int = 1) -> int:
+    """How many problems `family` holds in `split` at `difficulty`."""
     if family == "calculator":
         return CALCULATOR_SIZES[split]
-    return len(_listed(family, seed, split))
+    return len(_listed(family, seed, split, difficulty))
 
 
-def problem(family: str, seed: int, split: Split, index: int) -> Problem:
-    """The `index`-th problem of `family` in `split` (0 <= index < family_size)."""
-    if family == "calculator":
+def problem(family: str, seed: int, split: Split, index: int, difficulty: int = 1) -> Problem:
+    """The `index`-th problem of `family` in `split` at `difficulty` (0 <= index < family_size)."""
+    if family == "calculator" and difficulty == 1:
         return calculator_problem(seed, split, index)
-    return _listed(family, seed, split)[index]
+    if family == "calculator":
+        return harder_calculator_problem(seed, split, index, difficulty)
+    return _listed(family, seed, split, difficulty)[index]
