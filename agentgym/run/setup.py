@@ -21,6 +21,7 @@ import torch
 
 from agentgym import records
 from agentgym.config import Config
+from agentgym.env.core import make_env
 from agentgym.eval.console import Stages, print_report
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids, task_result
 from agentgym.eval.report import build_report, summarize, write_report
@@ -132,7 +133,12 @@ class Run:
         purge = self.state.step + 1 if self.state else None
         self.log = RunLog(self.out, tensorboard=run.tensorboard, purge_step=purge)
         self.envs = sampler_envs(self.config)
-        check_env_template(self.envs[0], tokenizer, str(self.start_model or "the model"))
+        probe = self.envs[0] if self.envs else make_env(run.env, **run.env_kwargs)  # Ray: none
+        try:
+            check_env_template(probe, tokenizer, str(self.start_model or "the model"))
+        finally:
+            if not self.envs:
+                probe.close()
         self.selection = self._held_out(tokenizer, ev.tasks, 0) if ev.every else None
         if ev.report_tasks:
             self.report_set = self.start_set = self._held_out(tokenizer, ev.report_tasks, ev.tasks)
