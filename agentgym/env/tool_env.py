@@ -56,7 +56,7 @@ from agentgym.env.templates import TemplateFormat, ToolFormatName
 from agentgym.rewards.verifiable import answers_equal, check_weights, combine
 from agentgym.tools import (
     CallAttempt,
-    Tool,
+    RunnableTool,
     ToolBox,
     ToolCallFormat,
     ToolErrorKind,
@@ -216,7 +216,7 @@ class ToolEnv(AgentEnv):
 
     # -- hooks for subclasses ------------------------------------------------
 
-    def make_tools(self) -> Sequence[Tool]:
+    def make_tools(self) -> Sequence[RunnableTool]:
         """The tools the agent may call; called once per env, on first use."""
         raise NotImplementedError(f"{type(self).__name__} must implement make_tools()")
 

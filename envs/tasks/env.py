@@ -65,7 +65,22 @@ def opening_messages(
     return [*([Message("system", system)] if system else []), *messages]
 
 
-class TasksEnv(AgentEnv):
+class TableTasks:
+    """The task hooks of an env whose tasks are a data file's rows (`self.table`)."""
+
+    table: TaskTable
+
+    def num_tasks(self, split: Split) -> int:
+        return self.table.num_tasks(split)
+
+    def task_id(self, split: Split, index: int) -> str:
+        return self.table.task_id(split, index)
+
+    def load_task(self, task_id: str) -> Task:
+        return self.table.load_task(task_id)
+
+
+class TasksEnv(TableTasks, AgentEnv):
     """One-turn tasks from a data file, the reply's last `\\boxed{}` judged (see the module).
 
     Task ids read `"<split>/<row>"`, e.g. `"train/17"` for the file's row 17.
@@ -102,15 +117,6 @@ class TasksEnv(AgentEnv):
             types.MappingProxyType({"correctness": 1.0, "format": 0.1}),
         )
 
-    def num_tasks(self, split: Split) -> int:
-        return self.table.num_tasks(split)
-
-    def task_id(self, split: Split, index: int) -> str:
-        return self.table.task_id(split, index)
-
-    def load_task(self, task_id: str) -> Task:
-        return self.table.load_task(task_id)
-
     def initial_messages(self, task: Task) -> list[Message]:
         return opening_messages(task, self.system_prompt)
 
@@ -145,7 +151,7 @@ class TasksEnv(AgentEnv):
         return [text]
 
 
-class ToolTasksEnv(ToolEnv):
+class ToolTasksEnv(TableTasks, ToolEnv):
     """Multi-turn tool-use tasks from a data file; a `ToolEnv` (see the module).
 
     Args:
@@ -192,17 +198,7 @@ class ToolTasksEnv(ToolEnv):
         if not self.mcp_servers:
             self.offered(None)  # duplicate or unknown tool names fail now, not at the first reset
 
-    def num_tasks(self, split: Split) -> int:
-        return self.table.num_tasks(split)
-
-    def task_id(self, split: Split, index: int) -> str:
-        return self.table.task_id(split, index)
-
-    def load_task(self, task_id: str) -> Task:
-        return self.table.load_task(task_id)
-
-    def make_tools(self) -> list[RunnableTool]:  # type: ignore[override]
-        # ToolEnv types the hook for `@tool`s; its ToolBox runs any RunnableTool (schema_tools)
+    def make_tools(self) -> list[RunnableTool]:
         return list(self.given_tools)
 
     def is_correct(self, task: Task, answer: str) -> bool:

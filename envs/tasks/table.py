@@ -368,26 +368,9 @@ def build_table(
     return _table(rows, parsed, splits)
 
 
-@functools.lru_cache(maxsize=16)
-def cached_table(
-    rows: Rows,
-    columns: Columns,
-    *,
-    test_fraction: float,
-    seed: int,
-    check: AnswerCheck | None = None,
-    known_tools: frozenset[str] | None = None,
-) -> TaskTable:
-    """`build_table`, cached by the identity of `rows`: for the rows of files, which
-    `read_rows` reads once (the envs of a run then check and split them once)."""
-    return build_table(
-        rows,
-        columns,
-        test_fraction=test_fraction,
-        seed=seed,
-        check=check,
-        known_tools=known_tools,
-    )
+cached_table = functools.lru_cache(maxsize=16)(build_table)
+"""`build_table`, cached by the identity of `rows`: for the rows of files, which
+`read_rows` reads once (the envs of a run then check and split them once)."""
 
 
 def _table(rows: Rows, parsed: Sequence[Row], splits: Sequence[str]) -> TaskTable:
