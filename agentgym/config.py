@@ -126,10 +126,7 @@ class GRPOConfig(_Section):
     )
     beta_warmup_steps: int = Field(0, ge=0, description="Steps of the beta schedule.")
     length_penalty: float = Field(
-        0.0,
-        ge=0,
-        description="Subtracted from each episode's reward per sampled token "
-        "(FAQ 7: reward - 0.001 * length); 0 turns it off.",
+        0.0, ge=0, description="Reward minus this per sampled token (FAQ 7: 0.001); 0 is off."
     )
     tis_cap: float = Field(
         2.0,
@@ -271,6 +268,15 @@ class EvalConfig(_Section):
 MIX_ENV = "agentgym/Mix-v0"  # several envs as one: `run.envs`
 
 
+class CurriculumConfig(_Section):
+    levels: list[int] = Field(
+        default_factory=list,
+        description="Difficulty levels to climb, in order (e.g. [1, 2, 3]); [] is no curriculum.",
+    )
+    threshold: float = Field(0.8, gt=0, le=1, description="Train correctness that moves on.")
+    window: int = Field(8, ge=1, description="Steps at a level whose mean must reach threshold.")
+
+
 class RunConfig(_Section):
     env: str = Field("math", description="Env: a short name, a registered id, or module:Env-v0.")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to gym.make.")
@@ -288,32 +294,24 @@ class RunConfig(_Section):
             data = {**data, "env": MIX_ENV, "env_kwargs": {"envs": data["envs"]}}
         return data
 
+    curriculum: CurriculumConfig = Field(
+        default_factory=CurriculumConfig, description="Train tasks' difficulty over the run."
+    )
     steps: int = Field(100, ge=1, description="Training steps.")
     seed: int = Field(0, description="Seeds task choice, sampling and initialisation.")
     output: Path | None = Field(
         None, description="Run directory for logs and checkpoints; None: runs/<env>-<time>."
     )
-    save_every: int = Field(
-        50, ge=1, description="Write a checkpoint every N steps (and at the end)."
-    )
+    save_every: int = Field(50, ge=1, description="Checkpoint every N steps (and at the end).")
     keep_last: int = Field(
-        3,
-        ge=1,
-        description="Numbered checkpoints kept (the newest); checkpoint-best and "
-        "checkpoint-sft are kept besides.",
+        3, ge=1, description="Numbered checkpoints kept (newest); best and sft are kept besides."
     )
     max_skipped_steps: int = Field(
-        3,
-        ge=1,
-        description="Consecutive steps whose loss or gradient is not finite (their "
-        "update skipped) before the run stops with an error.",
+        3, ge=1, description="Steps in a row whose update is skipped (not finite) before an error."
     )
     log_completions: int = Field(4, ge=0, description="Completions written per step.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
-    stop_on_health: bool = Field(
-        False,
-        description="Stop (with a checkpoint) when a health warning fires (agentgym.run.health).",
-    )
+    stop_on_health: bool = Field(False, description="Stop, with a checkpoint, on a health warning.")
 
 
 class RewardFunctionConfig(_Section):

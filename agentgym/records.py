@@ -105,6 +105,9 @@ LOGPROB_DIFF_MAX = declare("rollout/logprob_diff_max", "Largest |learner - sampl
 IS_RATIO_MEAN = declare("rollout/is_ratio_mean", "Mean truncated importance weight (vLLM).")
 IS_TRUNCATED = declare("rollout/is_truncated_fraction", "Share of weights cut at grpo.tis_cap.")
 SKIPPED_STEPS = declare("train/skipped_steps", "Skipped updates so far in the run.")
+CURRICULUM_LEVEL = declare(
+    "curriculum/level", "Difficulty level of the step's train tasks (run.curriculum)."
+)
 
 # -- the weight sync --
 WEIGHT_SYNC_SECONDS = declare(

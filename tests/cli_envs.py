@@ -58,6 +58,31 @@ if "cli_envs/TaughtDigits-v0" not in gym.registry:
     gym.register(id="cli_envs/TaughtDigits-v0", entry_point=TaughtDigitsEnv, max_episode_steps=1)
 
 
+class LevelsEnv(TaughtDigitsEnv):
+    """`TaughtDigitsEnv` with three difficulty levels (the reset option `difficulty`), for
+    the curriculum tests: every reply is correct at level 1 and none above it; task ids
+    name the level their episode was drawn at ("L2/train/7")."""
+
+    difficulty_levels = 3
+    level = 1
+
+    def select_difficulty(self, level):
+        self.level = 1 if level is None else level
+
+    def task_id(self, split, index):
+        return f"L{self.level}/{split}/{index}"
+
+    def respond(self, action):
+        feedback = DigitsEnv.respond(self, action)
+        correct = float(self.task.task_id.startswith("L1/"))
+        parts = {**feedback.reward_parts, "correctness": correct}
+        return Feedback((), reward=feedback.reward, reward_parts=parts, terminated=True)
+
+
+if "cli_envs/Levels-v0" not in gym.registry:
+    gym.register(id="cli_envs/Levels-v0", entry_point=LevelsEnv, max_episode_steps=1)
+
+
 class PlayedDigitsEnv(DigitsEnv):
     """`DigitsEnv` that notes which process played each episode: a line "pid task_id"
     per reply, in the file AGENTGYM_TEST_PLAYED names (for torchrun's ranks)."""

@@ -40,6 +40,9 @@ def _walk(model: type[BaseModel], prefix: str) -> list[tuple[str, str]]:
     """(key, description) of every field below `model`, found independently of config_cli."""
     found = []
     for name, info in model.model_fields.items():
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            found += _walk(info.annotation, f"{prefix}{name}.")  # a section within a section
+            continue
         found.append((f"{prefix}{name}", info.description or ""))
         for arg in getattr(info.annotation, "__args__", ()):
             if isinstance(arg, type) and issubclass(arg, BaseModel):

@@ -24,6 +24,7 @@ from agentgym.types import Message
 
 Split = Literal["train", "test"]
 SPLITS: tuple[Split, ...] = get_args(Split)
+RESET_OPTIONS = ("split", "task_id", "difficulty")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class AgentEnv(gym.Env[list[dict[str, str]], str]):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
     default_system_prompt: str | None = None
+    difficulty_levels: int = 1
+    """Levels of the reset option `difficulty` (1 to this); 1: the env has none to choose."""
 
     def __init__(self, system_prompt: str | None = None, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -107,6 +110,16 @@ class AgentEnv(gym.Env[list[dict[str, str]], str]):
         """JSON schemas of the tools the agent may call; none by default."""
         return []
 
+    def select_difficulty(self, level: int | None) -> None:
+        """Serves the next episode's tasks at `level` (the reset option `difficulty`), or at
+        the env's own level when None; the task hooks then speak that level's tasks.
+        Envs with `difficulty_levels` > 1 override this; the rest have only None."""
+        if level is not None:
+            raise ValueError(
+                f"reset option difficulty={level!r}: {type(self).__name__} has no difficulty "
+                "levels; leave the option out (run.curriculum needs an env that has them)"
+            )
+
     # -- Gymnasium API -------------------------------------------------------
 
     def reset(
@@ -117,12 +130,16 @@ class AgentEnv(gym.Env[list[dict[str, str]], str]):
         Options:
             split: "train" (default) or "test"; the two hold disjoint tasks.
             task_id: a task id, as returned in `info["task_id"]`; overrides the seed.
+            difficulty: the level this episode's task is drawn at or named in (envs with
+                `difficulty_levels` > 1; a curriculum sets it); default: the env's own.
         """
         super().reset(seed=seed)
         options = dict(options or {})
-        unknown = set(options) - {"split", "task_id"}
+        unknown = set(options) - set(RESET_OPTIONS)
         if unknown:
-            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; valid: split, task_id")
+            valid = ", ".join(RESET_OPTIONS)
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; valid: {valid}")
+        self.select_difficulty(options.get("difficulty"))
         split = options.get("split", "train")
         if split not in SPLITS:
             raise ValueError(f"reset option 'split' is {split!r}; valid: {', '.join(SPLITS)}")

@@ -124,6 +124,7 @@ class EnvMix(AgentEnv):
             raise
         self.by_name = {m.name: m for m in self.members}
         self.current: Member | None = None
+        self.difficulty_levels = min(m.agent.difficulty_levels for m in self.members)
 
     # -- the AgentEnv hooks that preflight, held-out ids and SFT read --------------------
 
@@ -161,6 +162,11 @@ class EnvMix(AgentEnv):
     def demonstration(self, task: Task) -> list[str]:
         member, inner = self.split_id(task.task_id)
         return member.agent.demonstration(replace(task, task_id=inner))
+
+    def select_difficulty(self, level: int | None) -> None:
+        """Sets every member's level (a reset passes its option on to the member it picks)."""
+        for member in self.members:
+            member.agent.select_difficulty(level)
 
     def use_chat_template(self, tokenizer: Any) -> None:
         """Passes the tokenizer on to the members that speak the model's own tool format."""

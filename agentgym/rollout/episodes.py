@@ -24,16 +24,20 @@ from agentgym.types import Completion, Message, Trajectory, Turn
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Which task a group plays: a reset seed, or a task id, and the split."""
+    """Which task a group plays: a reset seed, or a task id, and the split; and the
+    difficulty level it is drawn at (a curriculum's), None for the env's own."""
 
     seed: int | None = None
     task_id: str | None = None
     split: str = "train"
+    difficulty: int | None = None
 
     def reset_kwargs(self) -> dict[str, Any]:
         options: dict[str, Any] = {"split": self.split}
         if self.task_id is not None:
             options["task_id"] = self.task_id
+        if self.difficulty is not None:
+            options["difficulty"] = self.difficulty
         return {"seed": self.seed, "options": options}
 
 

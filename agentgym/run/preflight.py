@@ -36,6 +36,7 @@ from agentgym.config import Config, ConfigError
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
 from agentgym.policy.chat_templates import read_chat_template
 from agentgym.policy.models import ModelNotFoundError, check_model_available
+from agentgym.run.curriculum import level_problem
 from agentgym.scale import dist
 
 Command = Literal["train", "sft", "eval"]
@@ -149,10 +150,13 @@ def _env_problems(config: Config, command: Command) -> list[Problem]:
         return [Problem(field, f"cannot make {run.env!r} with {run.env_kwargs}: {err}")]
     try:
         agent = cast(AgentEnv, env.unwrapped)  # make_env made an agent environment
-        return [
+        problems = [
             *_split_problems(config, command, agent),
             *_demonstration_problems(config, command, agent),
         ]
+        levels = run.curriculum.levels
+        found = level_problem(levels, agent, run.env) if command == "train" else None
+        return problems + ([Problem("run.curriculum.levels", found)] if found else [])
     finally:
         env.close()
 

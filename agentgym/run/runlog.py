@@ -197,3 +197,13 @@ def _step_of(line: str) -> int | None:
 def _finite(value: float | str) -> float | str | None:
     """The value for JSON: a string as it is, a non-finite number as null."""
     return value if isinstance(value, str) or math.isfinite(value) else None
+
+
+def step_note(metrics: dict) -> str:
+    """A step's progress note: its reward, time, held-out correctness and level, if any."""
+    note = f"reward {metrics[records.REWARD_MEAN]:+.3f}  {metrics[records.STEP_SECONDS]:.1f}s/step"
+    if records.EVAL_CORRECTNESS in metrics:
+        note += f"  held-out {metrics[records.EVAL_CORRECTNESS]:.3f}"
+    if records.CURRICULUM_LEVEL in metrics:
+        note += f"  level {metrics[records.CURRICULUM_LEVEL]}"
+    return note

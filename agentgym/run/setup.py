@@ -70,9 +70,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def task_specs(rng: np.random.Generator, count: int) -> list[TaskSpec]:
-    """`count` train tasks, each named by a fresh reset seed."""
-    return [TaskSpec(seed=int(s)) for s in rng.integers(0, 2**31 - 1, size=count)]
+def task_specs(
+    rng: np.random.Generator, count: int, difficulty: int | None = None
+) -> list[TaskSpec]:
+    """`count` train tasks, each named by a fresh reset seed, at `difficulty` (None: the env's)."""
+    seeds = rng.integers(0, 2**31 - 1, size=count)
+    return [TaskSpec(seed=int(s), difficulty=difficulty) for s in seeds]
 
 
 def sampling_params(config: Config, rng: np.random.Generator) -> SamplingParams:

@@ -25,9 +25,10 @@ from agentgym.policy.models import load_configured
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.sampler import InProcessSampler, Sampler
 from agentgym.run import preflight, setup
+from agentgym.run.curriculum import Curriculum
 from agentgym.run.interrupt import StopRequest
 from agentgym.run.resume import Progress, RunState, restore
-from agentgym.run.runlog import failure_metrics, rollout_metrics
+from agentgym.run.runlog import failure_metrics, rollout_metrics, step_note
 from agentgym.run.setup import Run
 from agentgym.run.sft import on_device
 from agentgym.run.update import learner_steps
@@ -46,6 +47,7 @@ def train_step(
     reward_fns: RewardFunctions | None = None,
     sampler: Sampler | None = None,
     version: int = 0,
+    difficulty: int | None = None,
 ) -> tuple[list[Trajectory], dict[str, float | str]]:
     """One GRPO step: rollout, advantages, learner update, weight sync. Returns its metrics.
 
@@ -55,14 +57,15 @@ def train_step(
     the learner's (vLLM, or rank 0's whole copy of an FSDP learner's), timed as
     `rollout/weight_sync_seconds`; it frees what it can while the learner steps.
     `beta` is this step's KL coefficient (the beta schedule); None keeps the learner's.
-    `reward_fns` add to each episode's reward. Unscorable episodes (an environment
+    `reward_fns` add to each episode's reward. `difficulty` is the level the tasks are
+    drawn at (a curriculum's; None: the env's own). Unscorable episodes (an environment
     error, a failed reward function) get advantage 0 and stay out of the reward
     figures and the group statistics.
     """
     g, policy = config.grpo, as_policy(policy)
     sampler = sampler or InProcessSampler(envs, policy, tokenizer)
     start = time.perf_counter()
-    specs = setup.task_specs(rng, g.tasks_per_step)  # the tasks first, then the sampling seed
+    specs = setup.task_specs(rng, g.tasks_per_step, difficulty)  # tasks, then sampling seed
     sampler.submit(
         specs,
         g.group_size,
@@ -199,34 +202,38 @@ def _grpo(rs: RunState, run: Run, sampler: Sampler, stages: Stages, stop: StopRe
     assert run.policy is not None  # build_learner made it
     task = stages.stage("grpo", config.run.steps)
     stages.advance(task, p.step)
+    curriculum = Curriculum.from_config(config.run.curriculum)
+    levels = curriculum.replay(p.history) if curriculum else None  # where a resumed run stood
     while p.step < config.run.steps:
         step = p.step = p.step + 1
-        beta, learner = config.grpo.beta_at(step), rs.learner
         trajectories, metrics = train_step(
             config,
             rs.rng,
             [],
             run.policy,
-            learner,
+            rs.learner,
             rs.tokenizer,
-            beta,
+            config.grpo.beta_at(step),
             run.reward_fns,
             sampler,
             version=step - 1,
+            difficulty=levels.level if levels else None,
         )
+        if levels is not None:
+            metrics[records.CURRICULUM_LEVEL] = levels.level
         warnings = setup.record_step(rs, run, stages, step, trajectories, metrics)
+        if levels is not None and levels.update(float(metrics[records.CORRECTNESS_RATE])):
+            stages.print(
+                f"curriculum: step {step} reached the threshold; level {levels.level} next"
+            )
         halt = bool(warnings) and config.run.stop_on_health
         # Read once: a signal that lands between the save and the stop below would
         # otherwise stop the run without its checkpoint; a later one stops the next step.
         stopping, folder = stop.requested is not None, None
         if step % config.run.save_every == 0 or step == config.run.steps or halt or stopping:
             folder = rs.save(step)
-        note = f"reward {metrics[records.REWARD_MEAN]:+.3f}  "
-        note += f"{metrics[records.STEP_SECONDS]:.1f}s/step"
-        if records.EVAL_CORRECTNESS in metrics:
-            note += f"  held-out {metrics[records.EVAL_CORRECTNESS]:.3f}"
         stages.advance(task)
-        stages.note(task, f"step {step}: {note}")
+        stages.note(task, f"step {step}: {step_note(metrics)}")
         if stopping:
             assert folder is not None  # saved above
             setup.say_stopped(stages, stop, step, folder)

@@ -26,6 +26,7 @@ from typing import Any, cast
 from agentgym.env.core import SPLITS, AgentEnv, Feedback, Split, Task, interleave
 from agentgym.envs.math.levels import (
     GENERATORS,
+    LEVELS,
     check_difficulty,
     check_generators,
     dataset_configs,
@@ -127,6 +128,7 @@ class MathEnv(AgentEnv):
     formats: tuple[Format, ...] = ("boxed",)
     """What counts as well-formed: reasoning ended by one boxed answer."""
     reward_weights = types.MappingProxyType({"correctness": 1.0, "format": 0.1})
+    difficulty_levels = LEVELS
 
     def __init__(
         self,
@@ -148,10 +150,23 @@ class MathEnv(AgentEnv):
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
             raise ValueError(f"seed={seed!r}; valid: an int from 0 to 2**31 - 1")
         self.seed = seed
-        self.difficulty = check_difficulty(difficulty)
-        self.configs = dataset_configs(self.generators, self.difficulty, dataset_config)
-        for name, config in self.configs.items():
-            _check_config(name, config, self.difficulty, seed)
+        self.dataset_config = dataset_config
+        self.base_difficulty = self.difficulty = check_difficulty(difficulty)
+        self.configs = self._configs_at(self.difficulty)
+        self._levels = {self.difficulty: self.configs}
+
+    def _configs_at(self, difficulty: int) -> dict[str, str]:
+        configs = dataset_configs(self.generators, difficulty, self.dataset_config)
+        for name, config in configs.items():
+            _check_config(name, config, difficulty, self.seed)
+        return configs
+
+    def select_difficulty(self, level: int | None) -> None:
+        """Draws the next episode's task at `level` (each level's configs checked once)."""
+        self.difficulty = self.base_difficulty if level is None else check_difficulty(level)
+        if self.difficulty not in self._levels:
+            self._levels[self.difficulty] = self._configs_at(self.difficulty)
+        self.configs = self._levels[self.difficulty]
 
     def num_tasks(self, split: Split) -> int:
         return len(self.generators) * self.sizes[split]

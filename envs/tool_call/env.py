@@ -23,7 +23,7 @@ from agentgym.env.core import SPLITS, Split, Task, interleave
 from agentgym.env.templates import ToolFormatName
 from agentgym.env.tool_env import ExpectedCall, ToolEnv
 from agentgym.envs.tool_call.calculator import calculate, same_value
-from agentgym.envs.tool_call.problem import check_difficulty
+from agentgym.envs.tool_call.problem import LEVELS, check_difficulty
 from agentgym.envs.tool_call.store import SCHEMA_TEXT, ReadOnlyStore
 from agentgym.envs.tool_call.tasks import FAMILIES, family_size, problem
 from agentgym.tools import Tool, tool
@@ -93,6 +93,8 @@ class ToolCallEnv(ToolEnv):
         sandbox: The kind of that sandbox, for `make_sandbox` ("local" or "docker").
     """
 
+    difficulty_levels = LEVELS
+
     def __init__(
         self,
         families: Sequence[str] = FAMILIES,
@@ -111,7 +113,7 @@ class ToolCallEnv(ToolEnv):
         difficulty: int = 1,
     ):
         self.families = _check_families(families)
-        self.difficulty = check_difficulty(difficulty)
+        self.base_difficulty = self.difficulty = check_difficulty(difficulty)
         self.python = python
         self.sandbox_kind = sandbox
         self.sandbox: Sandbox | None = None  # made on first use when `python` is on
@@ -192,6 +194,9 @@ class ToolCallEnv(ToolEnv):
         super().close()
 
     # -- tasks -----------------------------------------------------------------
+
+    def select_difficulty(self, level: int | None) -> None:
+        self.difficulty = self.base_difficulty if level is None else check_difficulty(level)
 
     def _size(self, family: str, split: Split) -> int:
         return family_size(family, self.seed, split, self.difficulty)
