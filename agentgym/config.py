@@ -231,21 +231,20 @@ class SFTConfig(_Section):
     warmup: bool = Field(
         False, description="`agentgym train` runs this SFT first, in the same process (FAQ 1)."
     )
+    long: Literal["off", "wall"] | Annotated[int, Field(ge=1)] = Field(
+        "off",
+        description="The closing table's sft-long row (train): SFT from the start model for N "
+        "steps, or 'wall': for as long as SFT and GRPO trained, on fresh demonstrations.",
+    )
 
 
 class EvalConfig(_Section):
     every: int = Field(
-        0,
-        ge=0,
-        description="Evaluate on held-out tasks every N train steps and keep "
-        "checkpoint-best by held-out correctness; 0 never does.",
+        0, ge=0, description="Held-out evaluation every N steps, keeping checkpoint-best; 0: none."
     )
     tasks: int = Field(48, ge=1, description="Held-out tasks of those evaluations (selection).")
     report_tasks: int = Field(
-        0,
-        ge=0,
-        description="Held-out tasks of the closing table (start, SFT, best), "
-        "disjoint from the selection tasks; 0 skips it.",
+        0, ge=0, description="Held-out tasks of the closing table, after the selection's; 0: none."
     )
     n: int = Field(
         0,

@@ -111,6 +111,14 @@ def rule_problems(config: Config, command: Command) -> list[Problem]:
         why += "does not take here"
         valid = "model.attn_implementation sdpa or eager, or optim.micro_batch_tokens: null"
         problems.append(Problem("optim.micro_batch_tokens", f"{why}; valid: {valid}"))
+    if (
+        command == "train"
+        and config.sft.long != "off"
+        and not (config.sft.warmup and config.eval.report_tasks)
+    ):
+        why = "the sft-long row compares with the SFT warm-up in the closing table"
+        valid = "sft.warmup: true and eval.report_tasks > 0, or sft.long: off"
+        problems.append(Problem("sft.long", f"{why}; valid: {valid}"))
     return problems
 
 

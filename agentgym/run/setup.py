@@ -48,10 +48,13 @@ from agentgym.run.health import check_health
 from agentgym.run.interrupt import StopRequest, TrainingError
 from agentgym.run.resume import RunState, learner_for, load_trainable, resume_state
 from agentgym.run.runlog import RunLog, truncate_logs
-from agentgym.run.sft import on_device, warm_up
+from agentgym.run.sft import long_config, on_device, warm_up
 from agentgym.scale import dist, fsdp_sync
 from agentgym.scale.samplers import make_sampler, play_share, ranks_sample, sampler_envs
 from agentgym.types import Trajectory
+
+SFT_LONG = "sft-long"
+"""The closing table's row of SFT trained on past the warm-up (`sft.long`)."""
 
 EVAL_METRICS = {
     records.EVAL_CORRECTNESS: "correctness_strict",
@@ -268,6 +271,9 @@ def closing_report(rs: RunState, policy: Policy, report_set: HeldOut, stages: St
     pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
     if len(results) == 3:
         pairs.append((name, "start"))
+    if config.sft.long != "off":
+        results[SFT_LONG] = sft_long(rs, report_set, stages)
+        pairs += [(name, SFT_LONG), (SFT_LONG, "sft")]
     meta = {
         "env": config.run.env,
         "env_kwargs": config.run.env_kwargs,
@@ -278,6 +284,28 @@ def closing_report(rs: RunState, policy: Policy, report_set: HeldOut, stages: St
     report = build_report(results, k=max(config.eval.n, 1), comparisons=pairs, meta=meta)
     write_report(out / "report", report)
     print_report(report, stages.bar.console)
+
+
+def sft_long(rs: RunState, report_set: HeldOut, stages: Stages) -> list[TaskResult]:
+    """The `sft-long` model's results: SFT from the start model for `sft.long` steps, or
+    for as long as SFT and GRPO trained (`run/sft.long_config`), on fresh demonstrations;
+    its step records go to sft_long_metrics.jsonl."""
+    config = rs.config
+    out = Path(str(config.run.output))
+    sft_records = [json.loads(x) for x in (out / "sft_metrics.jsonl").read_text().splitlines()]
+    grpo_seconds = sum(float(h[records.STEP_SECONDS]) for h in rs.progress.history)
+    long = long_config(config, [r["step_seconds"] for r in sft_records], grpo_seconds)
+    model, tokenizer = load_configured(config.model.name, config.model)
+    model = on_device(model, config)
+    task = stages.stage(SFT_LONG, long.sft.steps)
+    torch.manual_seed(config.run.seed)  # its LoRA adapters start as a run's first ones do
+    model, steps = warm_up(model, tokenizer, long, advance=lambda: stages.advance(task))
+    with open(out / "sft_long_metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in steps)
+    note = f"{long.sft.steps} steps, {sum(r['step_seconds'] for r in steps):.0f} s"
+    stages.note(task, f"{note} (GRPO trained {grpo_seconds:.0f} s)", done=True)
+    policy = HFPolicy(model, tokenizer)
+    return evaluate(report_set, policy, stages, f"eval {SFT_LONG}", config.run.seed)
 
 
 def follow(config: Config, resume: Path | None) -> Path:

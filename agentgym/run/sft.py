@@ -11,7 +11,9 @@ only, never the prompt or tool results.
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
@@ -164,6 +166,21 @@ def warm_up(
     if config.lora.enabled:
         model = model.merge_and_unload()
     return model, records
+
+
+def long_config(config: Config, sft_seconds: Sequence[float], grpo_seconds: float) -> Config:
+    """The config of the closing table's `sft-long` SFT: `sft.long` steps, or under 'wall'
+    SFT's steps and as many more as fit in GRPO's training seconds at SFT's mean step
+    time; with a fresh demonstration for each row it trains on (at least `demonstrations`)."""
+    s = config.sft
+    if s.long == "wall":
+        per_step = sum(sft_seconds) / max(len(sft_seconds), 1)
+        steps = s.steps + math.ceil(grpo_seconds / per_step) if per_step > 0 else s.steps
+    else:
+        steps = int(s.long)
+    demos = max(s.demonstrations, steps * s.batch_size)
+    sft = s.model_copy(update={"steps": steps, "demonstrations": demos})
+    return config.model_copy(update={"sft": sft})
 
 
 def sft(config: Config) -> Path:

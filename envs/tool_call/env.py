@@ -1,12 +1,15 @@
-"""`ToolCallEnv`: questions that take a calculator, a SQL database, or both, to answer.
+"""`ToolCallEnv`: questions that take a calculator, a SQL database or lookup tools to answer.
 
-Three task families (see `tasks.py`): `calculator` (long arithmetic), `sql`
-(counts and sums over a seeded shop database) and `chain` (a sum from the
-database, then tax on it with the calculator). Each task has one correct
+Three default task families (see `tasks.py`): `calculator` (long arithmetic),
+`sql` (counts and sums over a seeded shop database) and `chain` (a sum from the
+database, then tax on it with the calculator); and `purchase`, used only where
+named: lookups in a seeded purchasing world through narrow tools, two of them
+distractors, then the calculator (`purchase.py`). Each task has one correct
 answer and a reference solution, `ToolCallEnv.reference_solution(task_id)`,
 whose calls are the expected calls of the "tool" reward part. Arguments are
 judged by meaning, not spelling: two expressions match when they have the same
-value, two queries when they return the same rows.
+value, two queries when they return the same rows, two lookups when they name
+the same thing (case and surrounding whitespace aside).
 
 The reward is `ToolEnv`'s (correctness 1.0, tool 0.5, format 0.1 by default);
 register with `max_episode_steps` to bound the turns (6 for `agentgym/ToolCall-v0`).
@@ -24,8 +27,9 @@ from agentgym.env.templates import ToolFormatName
 from agentgym.env.tool_env import ExpectedCall, ToolEnv
 from agentgym.envs.tool_call.calculator import calculate, same_value
 from agentgym.envs.tool_call.problem import LEVELS, check_difficulty
+from agentgym.envs.tool_call.purchase import LOOKUP_TOOLS, purchase_tools, same_lookup
 from agentgym.envs.tool_call.store import SCHEMA_TEXT, ReadOnlyStore
-from agentgym.envs.tool_call.tasks import FAMILIES, family_size, problem
+from agentgym.envs.tool_call.tasks import ALL_FAMILIES, FAMILIES, family_size, problem
 from agentgym.tools import Tool, tool
 from agentgym.types import ToolCall
 
@@ -34,7 +38,12 @@ if TYPE_CHECKING:
     from agentgym.sandboxes.base import SandboxKind
 
 _TASK_ID = re.compile(r"(?P<family>\w+)/(?P<split>\w+)/(?P<index>\d+)")
-_TOOLS_OF = {"calculator": ("calculator",), "sql": ("sql",), "chain": ("sql", "calculator")}
+_TOOLS_OF = {
+    "calculator": ("calculator",),
+    "sql": ("sql",),
+    "chain": ("sql", "calculator"),
+    "purchase": ("calculator", *(t.name for t in LOOKUP_TOOLS)),
+}
 
 
 @tool
@@ -67,25 +76,25 @@ def _same_expression(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> 
 def _check_families(families: Sequence[str]) -> tuple[str, ...]:
     if isinstance(families, str):
         families = (families,)
-    unknown = [f for f in families if f not in FAMILIES]
+    unknown = [f for f in families if f not in ALL_FAMILIES]
     if unknown or not families or len(set(families)) != len(families):
         raise ValueError(
-            f"families={tuple(families)!r}; valid: a non-empty subset of {FAMILIES}, "
+            f"families={tuple(families)!r}; valid: a non-empty subset of {ALL_FAMILIES}, "
             "without repeats"
         )
     return tuple(families)
 
 
 class ToolCallEnv(ToolEnv):
-    """Tool-use questions on arithmetic and a shop database; several turns per episode.
+    """Tool-use questions on arithmetic, a shop database and a purchasing world; several turns.
 
     Task ids read `"<family>/<split>/<index>"`, e.g. `"calculator/train/17"`.
     The splits interleave the families, so a seed picks any of them with equal
     chance; a family smaller than the largest one repeats within the split.
 
     Args:
-        families: Task families to draw from; valid: `FAMILIES`.
-        seed: Seed of the problems and of the shop database.
+        families: Task families to draw from; default `FAMILIES`, valid: `ALL_FAMILIES`.
+        seed: Seed of the problems, of the shop database and of the purchasing world.
         difficulty: 1 (the original tasks) to 5, per family as in `tasks.py`.
         tool_format, tool_parser, mcp_servers, max_turns, max_result_chars,
         max_calls_per_turn, reward_weights, system_prompt, render_mode: as for `ToolEnv`.
@@ -143,6 +152,8 @@ class ToolCallEnv(ToolEnv):
                 " Look data up with the sql tool. The shop database (SQLite) has these "
                 f"tables:\n{SCHEMA_TEXT}"
             )
+        if "purchase" in self.families:
+            text += " Look up items, suppliers and cities with the lookup tools."
         if self.python:
             text += " You may also run Python programs with the python tool."
         return text + "\nGive exact numbers; round only when the question asks you to."
@@ -154,6 +165,8 @@ class ToolCallEnv(ToolEnv):
         tools = [calculator] if "calculator" in uses else []
         if "sql" in uses:
             tools.append(dataclasses.replace(SQL_TOOL, fn=self.store.run))
+        if "purchase" in self.families:
+            tools.extend(purchase_tools(self.seed))
         if self.python:
             from agentgym.envs.code.python_tool import python_tool
             from agentgym.sandboxes import make_sandbox
@@ -168,6 +181,7 @@ class ToolCallEnv(ToolEnv):
 
     def expected_calls(self, task: Task) -> list[ExpectedCall]:
         matchers = {"calculator": _same_expression, "sql": self._same_rows}
+        matchers.update((t.name, same_lookup) for t in LOOKUP_TOOLS)
         return [
             ExpectedCall(c.name, c.arguments, matchers[c.name])
             for c in task.metadata["reference_calls"]

@@ -3,7 +3,7 @@
 A family maps (seed, split, index) to a `Problem`: the prompt, the one correct
 answer, and the tool calls of a reference solution. Every problem needs a
 tool: the arithmetic is too long to do reliably in one's head, and the data
-lives only in the shop database.
+lives only in the shop database (or, for `purchase`, behind its lookup tools).
 
 Each family has `LEVELS` difficulty levels. Level 1 is the tasks below, the
 same for the same ids at every release; the harder levels are built in
@@ -18,6 +18,11 @@ same for the same ids at every release; the harder levels are built in
   thresholds and a subquery's average.
 - `chain`: 1: sql then calculator (2 calls); 2: find a customer, then 1 (3);
   3: 2 with a discount (4); 4: find a city, then 3 (5); 5: 4 ranked by revenue.
+- `purchase` (`purchase.py`, not a default family): lookups in a seeded
+  purchasing world, then the calculator: 1: price (2 calls); 2: the supplier's
+  discount (3); 3: 2 with the price looked up (4); 4: the tax of the
+  supplier's city (4); 5: 4 for two items, with the tax of the second item's
+  supplier's city (4).
 
 The splits are disjoint by construction, not by luck:
 
@@ -28,6 +33,8 @@ The splits are disjoint by construction, not by luck:
   train questions, even ids test ones; above level 1, questions keyed by
   cities, categories, years or thresholds go by the parity of the sum of their
   indices (`problem.in_split`).
+- `purchase`: items at even positions of the world's item list are train
+  items, odd ones test items, and a task names only items of its split.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from agentgym.envs.tool_call.calculator import evaluate, format_number
 from agentgym.envs.tool_call.calculator_levels import harder_calculator_problem
 from agentgym.envs.tool_call.chain_levels import harder_chain_problems
 from agentgym.envs.tool_call.problem import TAX_RATES, Problem, split_parity
+from agentgym.envs.tool_call.purchase import purchase_problems
 from agentgym.envs.tool_call.sql_levels import harder_sql_problems
 from agentgym.envs.tool_call.store import YEARS, shop_data
 from agentgym.types import ToolCall
@@ -208,13 +216,18 @@ def _listed(family: str, seed: int, split: Split, difficulty: int) -> tuple[Prob
 _LISTED: dict[str, Callable[[int, Split], list[Problem]]] = {
     "sql": _sql_problems,
     "chain": _chain_problems,
+    "purchase": lambda seed, split: purchase_problems(seed, split, 1),
 }
 _HARDER: dict[str, Callable[[int, Split, int], list[Problem]]] = {
     "sql": harder_sql_problems,
     "chain": harder_chain_problems,
+    "purchase": purchase_problems,
 }
 
 FAMILIES: tuple[str, ...] = ("calculator", "sql", "chain")
+"""The default families; every run and test that names none uses these."""
+ALL_FAMILIES: tuple[str, ...] = (*FAMILIES, "purchase")
+"""Every valid family; `purchase` is used only where named."""
 
 
 def family_size(family: str, seed: int, split: Split, difficulty: int = 1) -> int:
