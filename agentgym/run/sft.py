@@ -111,16 +111,17 @@ def on_device(model: PreTrainedModel, config: Config) -> PreTrainedModel:
 
 
 def warm_up(
-    model, tokenizer, config: Config, advance=lambda: None
+    model, tokenizer, config: Config, advance=lambda: None, after_step=None
 ) -> tuple[PreTrainedModel, list[dict[str, float]]]:
     """Runs `config.sft.steps` SFT steps on demonstrations; returns (model, step records).
 
     With LoRA on, the adapters are trained and then merged into the weights, so
     the returned model is a plain model: GRPO's own adapters and its KL
     reference (the adapters switched off) then start from the SFT model.
-    `advance()` is called after each step. Under `model.gradient_checkpointing`
-    (which the caller turned on) no prefix is shared: a checkpointed layer drops
-    the prefix's KV cache. `optim.micro_batch_tokens` packs micro-batches as the
+    `advance()` is called after each step, and `after_step(model, record)` when given
+    (a benchmark evaluates the model mid-way; the record's seconds are the step's).
+    Under `model.gradient_checkpointing` (which the caller turned on) no prefix is
+    shared: a checkpointed layer drops the prefix's KV cache. `optim.micro_batch_tokens` packs micro-batches as the
     learner does.
     """
     s = config.sft
@@ -162,6 +163,9 @@ def warm_up(
             }
         )
         advance()
+        if after_step is not None:
+            after_step(model, records[-1])
+            model.train()
     model.train(was_training)
     if config.lora.enabled:
         model = model.merge_and_unload()

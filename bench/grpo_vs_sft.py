@@ -1,0 +1,160 @@
+"""GRPO against SFT given the same training time, on greedy held-out correctness at several
+budgets (20, 40 and 60 minutes by default). A benchmark, not a test.
+
+Two arms start from the same model, with a run's config (`--config`):
+
+- GRPO: `agentgym train` with its SFT warm-up, then GRPO. It evaluates on the held-out
+  selection tasks every `eval.every` steps and keeps a checkpoint at each. It is stopped
+  with SIGTERM (it checkpoints and stops) once its training time passes the last budget.
+  Training time is the seconds of SFT's and GRPO's steps; evaluations are left out.
+- SFT: the same SFT, trained on with a fresh demonstration for every row. The model is
+  evaluated as its training time passes each budget.
+
+At each budget, two models play greedily on the report tasks (the `eval.report_tasks`
+after the selection's): the GRPO checkpoint that `checkpoint-best` would be among the
+evaluations made by then (the best `eval/correctness`, the earliest among ties; SFT's
+checkpoint before the first), and the SFT arm's model. The table gives both, and the
+paired bootstrap interval of their difference.
+
+    python bench/grpo_vs_sft.py [--config configs/purchase.yaml] [--minutes 20 40 60]
+        [--set K=V ...] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def grpo_arm(config: Path, sets: list[str], seconds: float, every: int, out: Path) -> None:
+    """Trains until SFT's and GRPO's step seconds pass `seconds`, with a checkpoint at each
+    held-out evaluation (every `every` steps); leaves the run in `out`."""
+    if (out / "stopped").exists():
+        return  # a rerun with the same --out evaluates the run it already has
+    flags = [x for s in sets for x in ("--set", s)]
+    cmd = [
+        sys.executable, "-m", "agentgym", "train", "--config", str(config), "--steps", "100000",
+        "--set", "eval.report_tasks=0", "--set", "sft.long=off", "--set", "run.keep_last=100000",
+        "--set", f"run.save_every={every}",
+        "--output", str(out), *flags,
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while proc.poll() is None:
+        time.sleep(2)
+        if training_seconds(out)[-1] >= seconds:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+    (out / "stopped").touch()
+
+
+def training_seconds(out: Path) -> list[float]:
+    """Training seconds after SFT and after each GRPO step (index k: after step k)."""
+    total = [sum(r["step_seconds"] for r in _rows(out / "sft_metrics.jsonl"))]
+    for row in _rows(out / "metrics.jsonl"):
+        total.append(total[-1] + row["step_seconds"])
+    return total
+
+
+def grpo_choice(out: Path, seconds: float) -> tuple[int, Path]:
+    """The step and checkpoint `checkpoint-best` would be after `seconds` of training."""
+    clock, best, choice = training_seconds(out), -1.0, (0, out / "checkpoint-sft")
+    for row in _rows(out / "metrics.jsonl"):
+        if clock[row["step"]] > seconds:
+            break
+        folder = out / f"checkpoint-{row['step']:06d}"
+        if row.get("eval/correctness") is not None and row["eval/correctness"] > best:
+            best, choice = row["eval/correctness"], (row["step"], folder)
+    return choice
+
+
+def sft_arm(config, budgets: list[float], per_step: float, report) -> list[tuple[int, list]]:
+    """(steps, report scores) of SFT at each budget of training seconds."""
+    from agentgym.policy.hf import HFPolicy
+    from agentgym.policy.models import load_configured
+    from agentgym.run.setup import seed_everything
+    from agentgym.run.sft import on_device, warm_up
+
+    steps = math.ceil(1.5 * budgets[-1] / per_step) + 1
+    s = config.sft.model_copy(
+        update={"steps": steps, "demonstrations": steps * config.sft.batch_size}
+    )
+    config = config.model_copy(update={"sft": s})
+    seed_everything(config.run.seed)
+    model, tokenizer = load_configured(config.model.name, config.model)
+    model = on_device(model, config)
+    found: list[tuple[int, list]] = []
+    clock = [0.0]
+
+    class Done(Exception):
+        pass
+
+    def after_step(model, record) -> None:
+        clock[0] += record["step_seconds"]
+        while len(found) < len(budgets) and clock[0] >= budgets[len(found)]:
+            found.append((record["step"], report(HFPolicy(model, tokenizer), tokenizer)))
+        if len(found) == len(budgets):
+            raise Done
+
+    with contextlib.suppress(Done):  # the last budget's evaluation ends it
+        model, _ = warm_up(model, tokenizer, config, after_step=after_step)
+    while len(found) < len(budgets):  # slower steps than GRPO's SFT: out of steps first
+        print(f"SFT ran out of steps before {budgets[len(found)]:.0f} s: its last step stands in")
+        found.append((steps, report(HFPolicy(model, tokenizer), tokenizer)))
+    return found
+
+
+def main() -> None:
+    from agentgym.config_cli import load
+    from agentgym.eval.heldout import HeldOut, held_out_ids
+    from agentgym.eval.stats import paired_bootstrap
+    from agentgym.policy.hf import HFPolicy
+    from agentgym.policy.models import load_configured
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, default=Path("configs/purchase.yaml"))
+    parser.add_argument("--minutes", type=float, nargs="+", default=[20, 40, 60])
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="K=V")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/grpo_vs_sft"))
+    args = parser.parse_args()
+    config = load(args.config, args.sets)
+    budgets = [60 * m for m in sorted(args.minutes)]
+    ev, run = config.eval, config.run
+    ids = held_out_ids(run.env, run.env_kwargs, max(ev.report_tasks, 1), start=ev.tasks)
+
+    def report(policy, tokenizer) -> list[float]:
+        played = HeldOut.from_config(config, ids, tokenizer, n=0).run(policy, seed=run.seed)
+        return [float(r.greedy.strict) for r in played]
+
+    if ev.every == 0:
+        parser.error("the GRPO arm chooses among held-out evaluations: set eval.every > 0")
+    grpo_arm(args.config, args.sets, budgets[-1], ev.every, args.out / "grpo")
+    sft_seconds = _rows(args.out / "grpo" / "sft_metrics.jsonl")
+    per_step = sum(r["step_seconds"] for r in sft_seconds) / len(sft_seconds)
+    sft = sft_arm(config, budgets, per_step, report)
+    print(f"{len(ids)} report tasks, greedy strict correctness; seed {run.seed}")
+    print("budget   grpo step  grpo    sft steps  sft     grpo - sft [95% interval]")
+    for budget, (sft_steps, sft_scores) in zip(budgets, sft, strict=True):
+        step, folder = grpo_choice(args.out / "grpo", budget)
+        model, tokenizer = load_configured(str(folder), config.model)
+        grpo = report(HFPolicy(model, tokenizer), tokenizer)
+        mean, low, high = paired_bootstrap(grpo, sft_scores)
+        print(
+            f"{budget / 60:5.1f} min {step:9d}  {sum(grpo) / len(grpo):.3f}  {sft_steps:9d}  "
+            f"{sum(sft_scores) / len(sft_scores):.3f}   {mean:+.3f} [{low:+.3f}, {high:+.3f}]",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
