@@ -55,3 +55,22 @@ def test_the_closing_table_has_sft_long_and_compares_the_best_checkpoint_with_it
     assert {"best@2 - sft-long", "sft-long - sft", "best@2 - sft"} <= set(report["comparisons"])
     steps = [json.loads(x) for x in (run / "sft_long_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in steps] == [1, 2, 3]
+
+
+def test_warm_up_calls_after_step_with_the_model_and_each_steps_record():
+    from agentgym.policy.models import load_configured
+    from agentgym.run.sft import warm_up
+
+    overrides = {"run.env": "cli_envs:cli_envs/TaughtDigits-v0", "sft.steps": 3,
+                 "sft.demonstrations": 4, "sft.batch_size": 2, "lora.enabled": True}  # fmt: skip
+    config = load_config(overrides=overrides)
+    model, tokenizer = load_configured("tiny-random", config.model)
+    seen = []
+
+    def after_step(trained, record):
+        seen.append((record["step"], record["step_seconds"] > 0, trained.training))
+        trained.eval()  # as an evaluation leaves it; warm_up puts it back to training
+
+    _, records = warm_up(model, tokenizer, config, after_step=after_step)
+    assert seen == [(1, True, True), (2, True, True), (3, True, True)]
+    assert [r["step"] for r in records] == [1, 2, 3]
