@@ -121,8 +121,8 @@ def warm_up(
     `advance()` is called after each step, and `after_step(model, record)` when given
     (a benchmark evaluates the model mid-way; the record's seconds are the step's).
     Under `model.gradient_checkpointing` (which the caller turned on) no prefix is
-    shared: a checkpointed layer drops the prefix's KV cache. `optim.micro_batch_tokens` packs micro-batches as the
-    learner does.
+    shared: a checkpointed layer drops the prefix's KV cache. `optim.micro_batch_tokens`
+    packs micro-batches as the learner does.
     """
     s = config.sft
     share = not config.model.gradient_checkpointing
