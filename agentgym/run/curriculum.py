@@ -63,8 +63,9 @@ class Curriculum:
         if self.stage == len(self.levels) - 1 or math.isnan(correctness):
             return False
         self.recent = [*self.recent, correctness][-self.window :]
-        mean = sum(self.recent) / self.window
-        if len(self.recent) < self.window or mean < self.threshold - TOLERANCE:
+        if len(self.recent) < self.window:
+            return False
+        if sum(self.recent) / self.window < self.threshold - TOLERANCE:
             return False
         self.stage += 1
         self.recent = []

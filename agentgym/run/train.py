@@ -202,8 +202,9 @@ def _grpo(rs: RunState, run: Run, sampler: Sampler, stages: Stages, stop: StopRe
     assert run.policy is not None  # build_learner made it
     task = stages.stage("grpo", config.run.steps)
     stages.advance(task, p.step)
-    curriculum = Curriculum.from_config(config.run.curriculum)
-    levels = curriculum.replay(p.history) if curriculum else None  # where a resumed run stood
+    levels = Curriculum.from_config(config.run.curriculum)
+    if levels is not None:
+        levels.replay(p.history)  # where a resumed run stood
     while p.step < config.run.steps:
         step = p.step = p.step + 1
         trajectories, metrics = train_step(
@@ -219,13 +220,13 @@ def _grpo(rs: RunState, run: Run, sampler: Sampler, stages: Stages, stop: StopRe
             version=step - 1,
             difficulty=levels.level if levels else None,
         )
-        if levels is not None:
+        if levels is not None:  # logged at the level trained on, then moved on from it
             metrics[records.CURRICULUM_LEVEL] = levels.level
+            if levels.update(float(metrics[records.CORRECTNESS_RATE])):
+                stages.print(
+                    f"curriculum: step {step} reached the threshold; level {levels.level} next"
+                )
         warnings = setup.record_step(rs, run, stages, step, trajectories, metrics)
-        if levels is not None and levels.update(float(metrics[records.CORRECTNESS_RATE])):
-            stages.print(
-                f"curriculum: step {step} reached the threshold; level {levels.level} next"
-            )
         halt = bool(warnings) and config.run.stop_on_health
         # Read once: a signal that lands between the save and the stop below would
         # otherwise stop the run without its checkpoint; a later one stops the next step.
