@@ -7,14 +7,17 @@ Two arms start from the same model, with a run's config (`--config`):
   selection tasks every `eval.every` steps and keeps a checkpoint at each. It is stopped
   with SIGTERM (it checkpoints and stops) once its training time passes the last budget.
   Training time is the seconds of SFT's and GRPO's steps; evaluations are left out.
+  It runs with `--resume auto`, so a rerun with the same `--out` goes on from its newest
+  checkpoint, and under `/usr/bin/time -v` where there is one (peak RSS: `grpo/time.txt`).
 - SFT: the same SFT, trained on with a fresh demonstration for every row. The model is
-  evaluated as its training time passes each budget.
+  evaluated as its training time passes each budget; its scores are kept in `sft_arm.json`.
 
-At each budget, two models play greedily on the report tasks (the `eval.report_tasks`
+At each budget, three models play greedily on the report tasks (the `eval.report_tasks`
 after the selection's): the GRPO checkpoint that `checkpoint-best` would be among the
 evaluations made by then (the best `eval/correctness`, the earliest among ties; SFT's
-checkpoint before the first), and the SFT arm's model. The table gives both, and the
-paired bootstrap interval of their difference.
+checkpoint before the first), the SFT checkpoint GRPO started from (`sft`), and the SFT
+arm's model (`sft-long`). The table gives all three, and the paired bootstrap interval of
+GRPO's difference from the better of `sft` and `sft-long`.
 
     python bench/grpo_vs_sft.py [--config configs/purchase.yaml] [--minutes 20 40 60]
         [--set K=V ...] [--out DIR]
@@ -26,6 +29,8 @@ import argparse
 import contextlib
 import json
 import math
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,16 +51,30 @@ def grpo_arm(config: Path, sets: list[str], seconds: float, every: int, out: Pat
     cmd = [
         sys.executable, "-m", "agentgym", "train", "--config", str(config), "--steps", "100000",
         "--set", "eval.report_tasks=0", "--set", "sft.long=off", "--set", "run.keep_last=100000",
-        "--set", f"run.save_every={every}",
+        "--set", f"run.save_every={every}", "--resume", "auto",
         "--output", str(out), *flags,
     ]  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    timed = shutil.which("time") == "/usr/bin/time"  # GNU time: the run's peak RSS
+    if timed:
+        cmd = ["/usr/bin/time", "-v", "-o", str(out / "time.txt"), *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while proc.poll() is None:
         time.sleep(2)
         if training_seconds(out)[-1] >= seconds:
-            proc.send_signal(signal.SIGTERM)
+            for pid in _children(proc.pid) if timed else [proc.pid]:  # time waits for it
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
             proc.wait()
+    if proc.returncode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
+        sys.exit(f"the GRPO arm's run failed (exit {proc.returncode}); see {out}")
     (out / "stopped").touch()
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (Linux); the run itself when `pid` is /usr/bin/time."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
 def training_seconds(out: Path) -> list[float]:
@@ -141,17 +160,27 @@ def main() -> None:
     grpo_arm(args.config, args.sets, budgets[-1], ev.every, args.out / "grpo")
     sft_seconds = _rows(args.out / "grpo" / "sft_metrics.jsonl")
     per_step = sum(r["step_seconds"] for r in sft_seconds) / len(sft_seconds)
-    sft = sft_arm(config, budgets, per_step, report)
-    print(f"{len(ids)} report tasks, greedy strict correctness; seed {run.seed}")
-    print("budget   grpo step  grpo    sft steps  sft     grpo - sft [95% interval]")
-    for budget, (sft_steps, sft_scores) in zip(budgets, sft, strict=True):
-        step, folder = grpo_choice(args.out / "grpo", budget)
+    kept = args.out / "sft_arm.json"  # a rerun after the SFT arm finished reuses its scores
+    if not kept.exists():
+        kept.write_text(json.dumps(sft_arm(config, budgets, per_step, report)))
+    sft_long = json.loads(kept.read_text())
+
+    def played(folder: Path) -> list[float]:
         model, tokenizer = load_configured(str(folder), config.model)
-        grpo = report(HFPolicy(model, tokenizer), tokenizer)
-        mean, low, high = paired_bootstrap(grpo, sft_scores)
+        return report(HFPolicy(model, tokenizer), tokenizer)
+
+    sft = played(args.out / "grpo" / "checkpoint-sft")
+    print(f"{len(ids)} report tasks, greedy strict correctness; seed {run.seed}; sft (the "
+          f"checkpoint GRPO started from) {sum(sft) / len(sft):.3f}")  # fmt: skip
+    print("budget   grpo step  grpo    sft-long steps  sft-long  grpo - max(sft, sft-long)")
+    for budget, (sft_steps, long_scores) in zip(budgets, sft_long, strict=True):
+        step, folder = grpo_choice(args.out / "grpo", budget)
+        grpo = played(folder)
+        better = max(sft, long_scores, key=sum)  # the better SFT model on these tasks
+        mean, low, high = paired_bootstrap(grpo, better)
         print(
-            f"{budget / 60:5.1f} min {step:9d}  {sum(grpo) / len(grpo):.3f}  {sft_steps:9d}  "
-            f"{sum(sft_scores) / len(sft_scores):.3f}   {mean:+.3f} [{low:+.3f}, {high:+.3f}]",
+            f"{budget / 60:5.1f} min {step:9d}  {sum(grpo) / len(grpo):.3f}  {sft_steps:14d}  "
+            f"{sum(long_scores) / len(long_scores):.3f}     {mean:+.3f} [{low:+.3f}, {high:+.3f}]",
             flush=True,
         )
 
