@@ -122,6 +122,9 @@ def sft_arm(config, budgets: list[float], per_step: float, report) -> list[tuple
         clock[0] += record["step_seconds"]
         while len(found) < len(budgets) and clock[0] >= budgets[len(found)]:
             found.append((record["step"], report(HFPolicy(model, tokenizer), tokenizer)))
+            scores = found[-1][1]
+            print(f"sft-long after {record['step']} steps ({clock[0]:.0f} s): greedy "
+                  f"{sum(scores) / len(scores):.3f}", flush=True)  # fmt: skip
         if len(found) == len(budgets):
             raise Done
 
