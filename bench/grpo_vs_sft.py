@@ -30,7 +30,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -55,14 +54,15 @@ def grpo_arm(config: Path, sets: list[str], seconds: float, every: int, out: Pat
         "--output", str(out), *flags,
     ]  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    timed = shutil.which("time") == "/usr/bin/time"  # GNU time: the run's peak RSS
+    timed = Path("/usr/bin/time").exists()  # GNU time: the run's peak RSS
     if timed:
         cmd = ["/usr/bin/time", "-v", "-o", str(out / "time.txt"), *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while proc.poll() is None:
         time.sleep(2)
         if training_seconds(out)[-1] >= seconds:
-            for pid in _children(proc.pid) if timed else [proc.pid]:  # time waits for it
+            # under time, signal the run (time waits for it and reports)
+            for pid in (_children(proc.pid) if timed else []) or [proc.pid]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
             proc.wait()
