@@ -20,7 +20,11 @@ arm's model (`sft-long`). The table gives all three, and the paired bootstrap in
 GRPO's difference from the better of `sft` and `sft-long`.
 
     python bench/grpo_vs_sft.py [--config configs/purchase.yaml] [--minutes 20 40 60]
-        [--set K=V ...] [--out DIR]
+        [--set K=V ...] [--out DIR] [--grpo-only]
+
+`--grpo-only` runs the GRPO arm and stops: a seed's two arms (about an hour each on two
+cores, with the evaluations) can then run in two sittings, the same command again doing
+the rest.
 """
 
 from __future__ import annotations
@@ -148,6 +152,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, nargs="+", default=[20, 40, 60])
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="K=V")
     parser.add_argument("--out", type=Path, default=Path("/tmp/grpo_vs_sft"))
+    parser.add_argument("--grpo-only", action="store_true", help="stop after the GRPO arm")
     args = parser.parse_args()
     config = load(args.config, args.sets)
     budgets = [60 * m for m in sorted(args.minutes)]
@@ -161,6 +166,8 @@ def main() -> None:
     if ev.every == 0:
         parser.error("the GRPO arm chooses among held-out evaluations: set eval.every > 0")
     grpo_arm(args.config, args.sets, budgets[-1], ev.every, args.out / "grpo")
+    if args.grpo_only:
+        return
     sft_seconds = _rows(args.out / "grpo" / "sft_metrics.jsonl")
     per_step = sum(r["step_seconds"] for r in sft_seconds) / len(sft_seconds)
     kept = args.out / "sft_arm.json"  # a rerun after the SFT arm finished reuses its scores

@@ -54,7 +54,11 @@ def run(overrides: dict, follow: str | None = None) -> dict:
 
     `follow` plays a training run's protocol instead (see `_followed`).
     """
-    config = load_config(overrides={"optim.lr": 1e-5, "grpo.beta": 0.04, **overrides})
+    # eps 1e-6, not AdamW's 1e-8: AdamW divides each gradient entry by its own size plus eps,
+    # so the ~1e-9 that float order moves an entry near 1e-8 would move its weight by up to
+    # lr * 1e-9 / eps, the tests' whole tolerance at the default
+    base = {"optim.lr": 1e-5, "optim.adam_epsilon": 1e-6, "grpo.beta": 0.04}
+    config = load_config(overrides={**base, **overrides})
     model, tokenizer = load_model_and_tokenizer("tiny-random")
     # bench/gpu_check.sh runs the cases on a GPU: each rank's (`dist.device`), or the one named
     on = os.environ.get("AGENTGYM_CHECK_DEVICE")

@@ -260,3 +260,11 @@ def test_selections_past_the_logit_budget_go_through_the_head_in_chunks(
     chunked, _ = token_logprobs(model, batch, 1.0)
     assert len(calls) == chunks
     torch.testing.assert_close(chunked, whole)
+
+
+def test_every_optim_option_reaches_adamw(tiny):
+    options = {"optim.lr": 3e-4, "optim.weight_decay": 0.05, "optim.adam_epsilon": 1e-6}
+    learner = Learner(copy.deepcopy(tiny[0]), _config(**options))
+    (group,) = learner.optimizer.param_groups
+    assert isinstance(learner.optimizer, torch.optim.AdamW)
+    assert (group["lr"], group["weight_decay"], group["eps"]) == (3e-4, 0.05, 1e-6)

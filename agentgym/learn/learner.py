@@ -123,8 +123,9 @@ class Learner:
         self.share_prefix = not (self.sharded or self.data_parallel or _checkpointing(self.model))
         self.loss_fn = grpo.get_policy_loss(config.grpo.loss)
         params = [p for p in self.model.parameters() if p.requires_grad]
+        optim = config.optim
         self.optimizer = torch.optim.AdamW(
-            params, lr=config.optim.lr, weight_decay=config.optim.weight_decay
+            params, lr=optim.lr, weight_decay=optim.weight_decay, eps=optim.adam_epsilon
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda done: lr_factor(config, done)
