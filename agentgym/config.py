@@ -198,7 +198,7 @@ class PolicyConfig(_Section):
 class OptimConfig(_Section):
     lr: float = Field(1e-6, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    adam_epsilon: float = Field(1e-8, gt=0, description="AdamW's eps (TRL's adam_epsilon).")
+    adam_epsilon: float = Field(1e-8, gt=0, description="AdamW's eps, GRPO's and SFT's.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     micro_batch_size: int = Field(4, ge=1, description="Trajectories per forward/backward pass.")
     micro_batch_tokens: int | None = Field(

@@ -130,7 +130,7 @@ def warm_up(
     model = wrap_lora(model, config) if config.lora.enabled else model
     demos = demonstrations(config, tokenizer, s.demonstrations, config.run.seed)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=s.lr)
+    optimizer = torch.optim.AdamW(params, lr=s.lr, eps=config.optim.adam_epsilon)
     rng = np.random.default_rng(config.run.seed)
     was_training = model.training
     model.train()
