@@ -74,3 +74,27 @@ def test_warm_up_calls_after_step_with_the_model_and_each_steps_record():
     _, records = warm_up(model, tokenizer, config, after_step=after_step)
     assert seen == [(1, True, True), (2, True, True), (3, True, True)]
     assert [r["step"] for r in records] == [1, 2, 3]
+
+
+def test_the_warm_ups_adamw_takes_sft_lr_and_optim_adam_epsilon(monkeypatch):
+    import torch
+
+    from agentgym.policy.models import load_configured
+    from agentgym.run.sft import warm_up
+
+    made = []
+
+    class Recorded(torch.optim.AdamW):
+        def __init__(self, params, **kwargs):
+            super().__init__(params, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recorded)
+    overrides = {"run.env": "cli_envs:cli_envs/TaughtDigits-v0", "sft.steps": 1,
+                 "sft.demonstrations": 2, "sft.batch_size": 2, "sft.lr": 3e-4,
+                 "optim.adam_epsilon": 1e-6}  # fmt: skip
+    config = load_config(overrides=overrides)
+    model, tokenizer = load_configured("tiny-random", config.model)
+    warm_up(model, tokenizer, config)
+    (group,) = made[0].param_groups
+    assert (len(made), group["lr"], group["eps"]) == (1, 3e-4, 1e-6)
