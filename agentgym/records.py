@@ -69,9 +69,14 @@ COMPLETION_LENGTH = declare(
 )
 TRUNCATED_FRACTION = declare("truncated_fraction", "Share cut at the turn or token budget.")
 REWARD_FAILED = declare("reward/failed", "Episodes whose reward is not a verified outcome.")
-ENV_ERRORS = declare("env/errors", "Episodes that env.step ended by raising.")
+ENV_ERRORS = declare("env/errors", "Episodes that env.reset or env.step ended (raised, hung).")
 REWARD_FIRST_ERROR = declare("reward/first_error", "The first such reward's message.")
 ENV_FIRST_ERROR = declare("env/first_error", "The first such exception.")
+FAILED_FRACTION = declare(
+    "failures/fraction",
+    "Share of the step's episodes that are unscorable (env.reset or env.step raised or hung, "
+    "a reward failed); above run.max_failed_fraction for run.max_failed_steps steps: a stop.",
+)
 TOOL_CALLS = declare("tools/calls_per_episode", "Tool calls per episode.")
 TOOL_ERROR_RATE = declare("tools/error_rate", "Failed tool calls per call.")
 ENV_PREFIX = "env/"
@@ -161,6 +166,8 @@ class CheckpointState:
     consecutive_skips: int = 0
     rng: dict[str, Any] = field(default_factory=dict)
     evals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    start_selection: dict[str, Any] | None = None
+    """The start model's held-out selection figures (step 0), a `checkpoint-best` candidate."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object, with the keys in the order state.json has always had."""
@@ -173,6 +180,7 @@ class CheckpointState:
             "consecutive_skips": self.consecutive_skips,
             "rng": self.rng,
             "evals": self.evals,
+            "start_selection": self.start_selection,
         }
 
     @classmethod
@@ -187,6 +195,7 @@ class CheckpointState:
             consecutive_skips=data["consecutive_skips"],
             rng=data["rng"],
             evals=data.get("evals", {}),
+            start_selection=data.get("start_selection"),  # older checkpoints: none
         )
 
 
@@ -226,6 +235,9 @@ class Figures(JsonView):
     tool_error_rate: float
     completion_length: float
     truncated: float
+    unscorable: float = 0.0
+    """Share of episodes that could not be scored (the environment raised or hung); the
+    rates above are over the others, so such an episode is not counted as a wrong answer."""
     at_k: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -236,7 +248,8 @@ class Figures(JsonView):
     def from_json(cls, data: dict[str, Any]) -> Figures:
         names = [f.name for f in fields(cls) if f.name != "at_k"]
         at_k = {key: value for key, value in data.items() if key not in names}
-        return cls(**{name: data[name] for name in names}, at_k=at_k)
+        given = {name: data[name] for name in names if name != "unscorable"}
+        return cls(**given, unscorable=data.get("unscorable", 0.0), at_k=at_k)  # older: none
 
 
 @dataclass(frozen=True)

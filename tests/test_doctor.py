@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import io
 
 import pytest
 from rich.console import Console
 
 from agentgym.cli import main
+from agentgym.rollout.episodes import render
+from agentgym.run import doctor
 from agentgym.run.doctor import check_mask, check_prefix, run_doctor, sample_conversation
 
 # Renders only the last user message in full: not append-only, like templates that
@@ -75,7 +78,7 @@ def test_doctor_passes_each_shipped_template_on_the_embedded_model(capsys, templ
     args = ["doctor", "--tool-format", "native", "--set", f"model.chat_template={template}"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert out.count(" ok ") == 3 and "FAIL" not in out and "the template's own 1 and 2" in out
+    assert out.count(" ok ") == 4 and "FAIL" not in out and "the template's own 1 and 2" in out
 
 
 def test_cli_doctor_all_adds_native_where_the_template_renders_tools(capsys):
@@ -83,3 +86,33 @@ def test_cli_doctor_all_adds_native_where_the_template_renders_tools(capsys):
     out = capsys.readouterr().out
     assert [f in out for f in ("format hermes", "format react", "format native")] == [True] * 3
     assert main(["doctor", "--model", "tiny-random", "--set", "model.chat_template=nope"]) == 2
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "react", "native"])
+def test_doctor_reports_that_tool_text_with_special_tokens_stays_plain_text(tiny, fmt):
+    _, tokenizer = tiny
+    out = io.StringIO()
+    assert run_doctor(tokenizer, "tiny-random", fmt, Console(file=out, width=200))
+    line = next(x for x in out.getvalue().splitlines() if "plain-tool-text" in x)
+    assert " ".join(line.split()) == (
+        "ok plain-tool-text: tool text holding all 3 special tokens (<|im_start|>, <|im_end|>, "
+        "...) stays plain text; the 3 the template writes around it stay special"
+    )
+
+
+def test_the_plain_text_check_fails_where_tool_text_becomes_control_tokens(tiny, monkeypatch):
+    def parsing(tokenizer, history, replies, stopped, tools=None):
+        """The rollout's ids as they were before: special-token text parsed."""
+        before = render(tokenizer, history, False, tools)
+        after = render(tokenizer, history + replies, True, tools)
+        return tokenizer.encode(after[len(before) :], add_special_tokens=False)
+
+    monkeypatch.setattr(doctor, "continuation_ids", parsing)
+    check = doctor.check_plain_tool_text(tiny[1], "hermes")
+    assert not check.ok and check.name == "plain-tool-text"
+    forged = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # the tool text's, in its order
+    own = ["<|im_start|>", "<|im_end|>", "<|im_start|>"]
+    seen = [own[0], *forged, *own[1:]]
+    assert (
+        check.detail == f"tool text became control tokens: {seen} where the template writes {own}"
+    )

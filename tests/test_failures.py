@@ -253,6 +253,7 @@ def test_an_env_step_that_raises_ends_only_that_episode(tiny):
     advantages = grpo.group_advantages(rewards, 4, scorable=scorable)
     assert torch.equal(advantages, torch.zeros(4))  # two equal scorable rewards: no signal
     assert failure_metrics(trajs) == {"reward/failed": 0.0, "env/errors": 2.0,
+                                      "failures/fraction": 0.5,
                                       "env/first_error": "RuntimeError: turn 1 broke"}  # fmt: skip
     # the same environments play the next rollout as usual
     again = collect(envs, [TaskSpec(seed=1)], 4, FixedPolicy(tokenizer), tokenizer, params)

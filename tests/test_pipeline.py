@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from agentgym.policy.base import Generation
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.run.train import train_step
+from agentgym.types import TrainingError, Trajectory
 
 PIPELINE = [
     "--set", "sft.warmup=true", "--set", "sft.steps=3", "--set", "sft.demonstrations=4",
@@ -36,7 +38,11 @@ def test_the_pipeline_writes_report_curves_and_the_best_checkpoint(tmp_path, cap
     evaluated = [r for r in rows if "eval/correctness" in r]
     assert [r["step"] for r in evaluated] == [2, 3]  # every 2 steps, and the last
     assert all({"eval/correctness_lenient", "eval/format_accuracy"} <= set(r) for r in evaluated)
-    best = max(evaluated, key=lambda r: (r["eval/correctness"], -r["step"]))["step"]
+    # the start (the SFT checkpoint) is scored on the same tasks as step 0, and is a candidate
+    start = json.loads((out / "checkpoint-000003" / "state.json").read_text())["start_selection"]
+    assert start["step"] == 0 and set(start) >= {"eval/correctness", "eval/format_accuracy"}
+    candidates = [start, *evaluated]
+    best = max(candidates, key=lambda r: (r["eval/correctness"], -r["step"]))["step"]
     state = json.loads((out / "checkpoint-best" / "state.json").read_text())
     assert state == {"step": best}
     sft = [json.loads(x) for x in (out / "sft_metrics.jsonl").read_text().splitlines()]
@@ -156,6 +162,78 @@ def test_a_length_penalty_lowers_the_rewards_advantages_are_computed_from(tiny, 
     assert advantages == pytest.approx(expected, abs=1e-6)
     penalised = [t.reward - 0.01 * n for t, n in zip(trajectories, lengths, strict=True)]
     assert metrics["reward/penalised_mean"] == pytest.approx(sum(penalised) / 4)
+
+
+class ReplayingFakeSampler:
+    """A fake `Sampler`: whatever is submitted, poll returns the episodes it was given."""
+
+    version = 0
+
+    def __init__(self, trajectories):
+        self.trajectories = trajectories
+
+    def submit(self, specs, group_size, params, max_tokens=None):
+        pass
+
+    def poll(self, wait=True):
+        return list(self.trajectories)
+
+    def load_weights(self, weights, version):
+        return {}
+
+    def close(self):
+        pass
+
+
+def _episode(task_id: str, group: int, reward: float) -> Trajectory:
+    return Trajectory(task_id=task_id, group=group, tokens=(5, 6, 7, 8), loss_mask=(0, 0, 1, 1),
+                      logprobs=(0.0, 0.0, -0.5, -0.5), prompt_length=2, reward=reward,
+                      reward_parts={"correctness": reward}, turns=(), finish_reason="stop",
+                      truncated=False)  # fmt: skip
+
+
+TWO_TASKS = [_episode("a", 0, r) for r in (0.0, 1.0, 0.0, 1.0)] + [
+    _episode("b", 1, r) for r in (5.0, 6.0, 6.0, 7.0)
+]
+"""Two groups at different reward levels: over the whole batch (mean 3.25) every "a"
+advantage would be negative and every "b" one positive."""
+BATCH_STD = (63.5 / 8) ** 0.5
+"""The std of all eight rewards: mean 3.25, squared deviations 2 * 3.25^2 + 2 * 2.25^2 +
+1.75^2 + 2 * 2.75^2 + 3.75^2 = 63.5, over 8."""
+
+
+def _step_on(tiny, trajectories, scale: str, learner: RecordingFakeLearner) -> None:
+    """One `train_step` of two tasks of four episodes, on the given episodes."""
+    grpo = {"group_size": 4, "tasks_per_step": 2, "scale_rewards": scale}
+    config = load_config(overrides={f"grpo.{key}": value for key, value in grpo.items()})
+    policy = SimpleNamespace(model=learner.model)  # never samples: the sampler replays
+    sampler = ReplayingFakeSampler(trajectories)
+    train_step(config, np.random.default_rng(0), [], policy, learner, tiny[1], sampler=sampler)
+
+
+@pytest.mark.parametrize(
+    ("scale", "expected"),
+    [
+        # "a": mean 0.5, std 0.5 -> +-1; "b": mean 6, std sqrt((1 + 0 + 0 + 1) / 4) = sqrt(0.5)
+        ("group", [-1, 1, -1, 1, -(2**0.5), 0, 0, 2**0.5]),
+        # the same centring, each group about its own mean, over the batch's std
+        ("batch", [x / BATCH_STD for x in (-0.5, 0.5, -0.5, 0.5, -1, 0, 0, 1)]),
+        ("none", [-0.5, 0.5, -0.5, 0.5, -1, 0, 0, 1]),
+    ],
+)
+def test_each_task_of_a_step_is_normalised_within_its_own_group(tiny, scale, expected):
+    learner = RecordingFakeLearner()
+    _step_on(tiny, TWO_TASKS, scale, learner)
+    (advantages,) = learner.advantages
+    assert advantages == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_step_whose_groups_come_back_interleaved_stops_before_the_learner(tiny):
+    shuffled = [TWO_TASKS[i] for i in (0, 4, 1, 5, 2, 6, 3, 7)]
+    learner = RecordingFakeLearner()
+    with pytest.raises(TrainingError, match=r"^block 0 \(samples 0-3\) is not one group"):
+        _step_on(tiny, shuffled, "group", learner)
+    assert learner.advantages == []  # stopped before any update
 
 
 @pytest.mark.parametrize("path", ["configs/tool_call.yaml", "configs/math.yaml"])

@@ -61,6 +61,8 @@ class EpisodeScore:
     tool_errors: float
     completion_length: int
     truncated: bool
+    unscorable: bool = False
+    """The environment raised or hung: no verified outcome (not a wrong answer)."""
 
     @classmethod
     def of(cls, t: Trajectory, expected: str) -> EpisodeScore:
@@ -78,6 +80,7 @@ class EpisodeScore:
             tool_errors=sum(v for k, v in t.counts.items() if k.startswith("tool_errors/")),
             completion_length=t.completion_length,
             truncated=t.truncated,
+            unscorable=not t.scorable,
         )
 
 
@@ -152,6 +155,7 @@ class HeldOut:
         top_p: float = 1.0,
         batch: int = 32,
         stop: Sequence[str] = (),
+        env_timeout_s: float | None = None,
     ):
         if not task_ids:
             raise ValueError("HeldOut needs at least one task id")
@@ -159,6 +163,7 @@ class HeldOut:
         self.tokenizer = tokenizer
         self.max_new_tokens, self.max_episode_tokens = max_new_tokens, max_episode_tokens
         self.n, self.temperature, self.top_p, self.stop = n, temperature, top_p, tuple(stop)
+        self.env_timeout_s = env_timeout_s
         self.batch = max(batch, n)
         self.envs = [make_env(env_id, **env_kwargs) for _ in range(self.batch)]
         agent = cast(AgentEnv, self.envs[0].unwrapped)  # make_env made an agent environment
@@ -179,6 +184,7 @@ class HeldOut:
             max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
             max_episode_tokens=s.max_episode_tokens,
             stop=s.stop,
+            env_timeout_s=run.env_step_timeout_s,
         )
 
     @property
@@ -200,6 +206,7 @@ class HeldOut:
                 self.tokenizer,
                 params,
                 max_tokens=self.max_episode_tokens,
+                env_timeout_s=self.env_timeout_s,
             )
             out += [played[i * group : (i + 1) * group] for i in range(len(ids))]
             advance(len(played))

@@ -31,18 +31,20 @@ def _episode_figures(
     scores: Sequence[EpisodeScore], at_k: dict[str, float] | None = None
 ) -> Figures:
     calls = sum(s.tool_calls for s in scores)
-    parts = sorted({p for s in scores for p in s.parts})
+    scored = [s for s in scores if not s.unscorable]  # outcomes: the others have none
+    parts = sorted({p for s in scored for p in s.parts})
     return Figures(
-        correctness_strict=_mean([float(s.strict) for s in scores]),
-        correctness_lenient=_mean([float(s.lenient) for s in scores]),
-        format_accuracy=_mean([float(s.format_ok) for s in scores]),
-        reward_mean=_mean([s.reward for s in scores]),
-        reward_parts={p: _mean([s.parts.get(p, 0.0) for s in scores]) for p in parts},
+        correctness_strict=_mean([float(s.strict) for s in scored]),
+        correctness_lenient=_mean([float(s.lenient) for s in scored]),
+        format_accuracy=_mean([float(s.format_ok) for s in scored]),
+        reward_mean=_mean([s.reward for s in scored]),
+        reward_parts={p: _mean([s.parts.get(p, 0.0) for s in scored]) for p in parts},
         turns=_mean([s.turns for s in scores]),
         tool_calls=_mean([s.tool_calls for s in scores]),
         tool_error_rate=sum(s.tool_errors for s in scores) / calls if calls else 0.0,
         completion_length=_mean([s.completion_length for s in scores]),
         truncated=_mean([float(s.truncated) for s in scores]),
+        unscorable=_mean([float(s.unscorable) for s in scores]),
         at_k=at_k or {},
     )
 
@@ -119,6 +121,7 @@ TABLE_COLUMNS = (
     ("tool_calls", "calls"),
     ("tool_error_rate", "call err"),
     ("completion_length", "tokens"),
+    ("unscorable", "unscorable"),
 )
 """The greedy figures the printed and markdown tables show, with their headers."""
 

@@ -3,7 +3,9 @@
 The rollout owns the loss mask: ids the policy sampled get mask 1 and keep
 their sampler logprobs; everything else (the prompt, environment replies,
 template glue between turns) gets mask 0. Sampled ids are kept exactly as
-sampled, and only environment text is tokenized, as a chat-template suffix.
+sampled, and only environment text is tokenized, as a chat-template suffix;
+special-token text in it (a tool result holding `<|im_end|>`) stays plain text,
+never control tokens (`external_text`).
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
 from agentgym.policy.base import Policy, SamplingParams, as_policy
+from agentgym.rollout.external_text import Rendered, encode_rendered, render_external
+from agentgym.rollout.external_text import render as render  # part of this module's API
+from agentgym.rollout.guard import EnvTimeoutError, call_within
 from agentgym.types import Completion, Message, Trajectory, Turn
 
 
@@ -66,31 +71,20 @@ class _Episode:
     error: str | None = None
     tools: list[dict[str, Any]] | None = None  # given to the template: the env is native
     env_name: str | None = None  # the member of an env mix that plays it
+    hung: bool = False  # its env's reset or step timed out: the env is replaced after
 
 
 _SENTINEL = "\u2063agentgym-end-of-content\u2063"
 
 
-def render(
+def prompt_ids(
     tokenizer: PreTrainedTokenizerBase,
     messages: list[dict[str, Any]],
-    generation_prompt: bool,
     tools: list[dict[str, Any]] | None = None,
-) -> str:
-    """The chat template applied to messages, as text.
-
-    `tools` (JSON schemas) go to the template only for an environment in the
-    native tool format; the others describe their tools, in their own call
-    format, in the system message, so no tool is listed twice.
-    """
-    extra: dict[str, Any] = {} if tools is None else {"tools": tools}
-    # tokenize=False gives the text; transformers types the result of every mode at once
-    return cast(
-        str,
-        tokenizer.apply_chat_template(
-            messages, add_generation_prompt=generation_prompt, tokenize=False, **extra
-        ),
-    )
+) -> list[int]:
+    """Ids of an episode's opening: `messages` (all from outside the policy) rendered with the
+    generation prompt; special-token text in their content stays plain text."""
+    return encode_rendered(tokenizer, render_external(tokenizer, messages, True, tools))
 
 
 def use_chat_template(env: gym.Env, tokenizer: PreTrainedTokenizerBase) -> None:
@@ -130,7 +124,9 @@ def continuation_ids(
     # templates test generation_prompt for truth: None would read as False (mutants that pass
     # None here and for the glue below are equivalent)
     before = render(tokenizer, history, False, tools)
-    after = render(tokenizer, history + new_messages, True, tools)
+    # new_messages come from outside the policy: their special-token text stays plain text
+    rendered = render_external(tokenizer, history + new_messages, True, tools, len(history))
+    after = rendered.text
     if not after.startswith(before):
         raise ValueError("the chat template does not render conversations append-only")
     # what the template puts after the assistant's content: found with a sentinel content,
@@ -140,8 +136,9 @@ def continuation_ids(
     glue = render(tokenizer, marked, False, tools).rpartition(_SENTINEL)[2]
     if stopped and tokenizer.eos_token and glue.startswith(tokenizer.eos_token):
         glue = glue[len(tokenizer.eos_token) :]
-    ids: list[int] = tokenizer.encode(glue + after[len(before) :], add_special_tokens=False)
-    return ids
+    shift = len(glue) - len(before)
+    forged = tuple(p + shift for p in rendered.forged if p >= len(before))
+    return encode_rendered(tokenizer, Rendered(glue + after[len(before) :], forged))
 
 
 def stream(seed: int, ep: _Episode) -> int:
@@ -154,12 +151,20 @@ def stream(seed: int, ep: _Episode) -> int:
 
 
 def _start(
-    env: gym.Env, spec: TaskSpec, group: int, member: int, tokenizer: PreTrainedTokenizerBase
+    env: gym.Env,
+    spec: TaskSpec,
+    group: int,
+    member: int,
+    tokenizer: PreTrainedTokenizerBase,
+    timeout_s: float | None = None,
 ) -> _Episode:
     use_chat_template(env, tokenizer)
-    obs, info = env.reset(**spec.reset_kwargs())
+    try:
+        obs, info = call_within(lambda: env.reset(**spec.reset_kwargs()), timeout_s, "env.reset")
+    except Exception as err:  # a bug in the environment fails this episode, not the run
+        return _failed_start(env, spec, group, member, err)
     tools = info.get("tools") if info.get("tool_format") == "native" else None
-    prompt = tokenizer.encode(render(tokenizer, obs, True, tools), add_special_tokens=False)
+    prompt = prompt_ids(tokenizer, obs, tools)
     return _Episode(
         env=env,
         task_id=info["task_id"],
@@ -176,12 +181,26 @@ def _start(
     )
 
 
+def _failed_start(
+    env: gym.Env, spec: TaskSpec, group: int, member: int, err: Exception
+) -> _Episode:
+    """An episode whose reset raised or hung: no tokens, unscorable, done before it began.
+    Its task id is the spec's (`collect` gives it its group's, where a member started)."""
+    task_id = spec.task_id if spec.task_id is not None else f"seed={spec.seed}"
+    ep = _Episode(env, task_id, group, member, [], [], 0, ())
+    ep.error = f"{type(err).__name__}: {err}"
+    ep.hung = isinstance(err, EnvTimeoutError)
+    ep.done = ep.truncated = True
+    return ep
+
+
 def _advance(
     ep: _Episode,
     ids: tuple[int, ...],
     logprobs: tuple[float, ...],
     finish_reason: str,
     tokenizer: PreTrainedTokenizerBase,
+    timeout_s: float | None = None,
 ) -> None:
     """Appends one sampled turn, steps the environment, and appends its reply."""
     ep.spans.append((len(ep.tokens), len(ep.tokens) + len(ids)))
@@ -191,10 +210,13 @@ def _advance(
     ep.finish_reason = finish_reason
     text = sampled_text(tokenizer, ids, keep_special=ep.tools is not None)
     try:
-        obs, reward, terminated, truncated, info = ep.env.step(Completion(text, finish_reason))
+        obs, reward, terminated, truncated, info = call_within(
+            lambda: ep.env.step(Completion(text, finish_reason)), timeout_s, "env.step"
+        )
     except Exception as err:  # a bug in the environment ends this episode, not the run
         ep.turns.append(Turn(text, (), 0.0, {}))
         ep.error = f"{type(err).__name__}: {err}"
+        ep.hung = isinstance(err, EnvTimeoutError)
         ep.done = ep.truncated = True
         return
     parts = {k: float(v) for k, v in info.get("reward_parts", {}).items()}
@@ -232,25 +254,31 @@ def collect(
     tokenizer: PreTrainedTokenizerBase,
     params: SamplingParams,
     max_tokens: int | None = None,
+    env_timeout_s: float | None = None,
 ) -> list[Trajectory]:
     """Plays `group_size` episodes of each task spec; returns trajectories grouped by task.
 
-    An exception raised by an environment's `step` ends that episode only: it is
-    truncated, unscorable, and `Trajectory.error` names the exception.
+    An exception raised by an environment's `reset` or `step`, or one of them running
+    past `env_timeout_s`, ends that episode only: it is truncated, unscorable, and
+    `Trajectory.error` names the exception (an episode whose reset failed has no
+    tokens). An environment whose call timed out is replaced in `envs` (a list) by a
+    fresh one made from its spec, since the abandoned call may still be running in it.
 
     Args:
         envs: At least len(specs) * group_size environments, reset here.
         specs: One TaskSpec per group; the group's G episodes reset identically.
         max_tokens: Episodes longer than this (in tokens) are truncated.
+        env_timeout_s: Seconds one `reset` or `step` may take; None: no limit.
     """
     needed = len(specs) * group_size
     if len(envs) < needed:
         raise ValueError(f"collect() needs {needed} environments, got {len(envs)}")
     episodes = [
-        _start(envs[g * group_size + k], spec, g, k, tokenizer)
+        _start(envs[g * group_size + k], spec, g, k, tokenizer, env_timeout_s)
         for g, spec in enumerate(specs)
         for k in range(group_size)
     ]
+    _name_failed_starts(episodes)
     policy = as_policy(policy)
     # a policy that can continues each episode's next turn from its cache
     with policy.reusing_cache():
@@ -258,10 +286,28 @@ def collect(
             streams = None if params.seed is None else [stream(params.seed, ep) for ep in live]
             gens = policy.generate([ep.tokens for ep in live], params, streams)
             for ep, gen in zip(live, gens, strict=True):
-                _advance(ep, gen.ids, gen.logprobs, gen.finish_reason, tokenizer)
+                _advance(ep, gen.ids, gen.logprobs, gen.finish_reason, tokenizer, env_timeout_s)
                 if not ep.done and max_tokens is not None and len(ep.tokens) >= max_tokens:
                     ep.done = ep.truncated = True
+    _replace_hung(envs, episodes)
     return [_finish(ep) for ep in episodes]
+
+
+def _name_failed_starts(episodes: list[_Episode]) -> None:
+    """Gives an episode whose reset failed the task id its group's other members reset to."""
+    started = {ep.group: ep.task_id for ep in episodes if ep.prompt_length}
+    for ep in episodes:
+        if not ep.prompt_length and ep.group in started:
+            ep.task_id = started[ep.group]
+
+
+def _replace_hung(envs: Sequence[gym.Env], episodes: list[_Episode]) -> None:
+    """Swaps each environment whose call timed out for a fresh one made from its spec."""
+    if not isinstance(envs, list):
+        return
+    for i, env in enumerate(envs):
+        if env.spec is not None and any(ep.hung and ep.env is env for ep in episodes):
+            envs[i] = gym.make(env.spec)
 
 
 def _finish(ep: _Episode) -> Trajectory:

@@ -78,12 +78,15 @@ def play(
     tokenizer: PreTrainedTokenizerBase,
     params: SamplingParams,
     max_tokens: int | None = None,
+    env_timeout_s: float | None = None,
 ) -> list[Trajectory]:
     """`collect` with a LoRA policy's adapters merged into its model while it samples (one
     matrix per layer instead of three); what an in-process sampler and a Ray worker run."""
     policy = as_policy(policy)
     with merged_adapters(policy.model):
-        return collect(envs, specs, group_size, policy, tokenizer, params, max_tokens=max_tokens)
+        return collect(
+            envs, specs, group_size, policy, tokenizer, params, max_tokens, env_timeout_s
+        )
 
 
 class QueuedSampler:
@@ -129,15 +132,22 @@ class InProcessSampler(QueuedSampler):
         policy: The policy; with its own in-process model (transformers), LoRA
             adapters are merged into it while it samples.
         tokenizer: The policy's tokenizer.
+        env_timeout_s: Seconds an environment's `reset` or `step` may take before its
+            episode is given up as unscorable (`run.env_step_timeout_s`); None: no limit.
     """
 
     def __init__(
-        self, envs: Sequence[gym.Env], policy: Policy, tokenizer: PreTrainedTokenizerBase
+        self,
+        envs: Sequence[gym.Env],
+        policy: Policy,
+        tokenizer: PreTrainedTokenizerBase,
+        env_timeout_s: float | None = None,
     ) -> None:
         super().__init__()
         self.envs = list(envs)
         self.policy = as_policy(policy)
         self.tokenizer = tokenizer
+        self.env_timeout_s = env_timeout_s
 
     def _play(
         self,
@@ -146,7 +156,16 @@ class InProcessSampler(QueuedSampler):
         params: SamplingParams,
         max_tokens: int | None,
     ) -> list[Trajectory]:
-        return play(self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens)
+        return play(
+            self.envs,
+            specs,
+            group_size,
+            self.policy,
+            self.tokenizer,
+            params,
+            max_tokens,
+            self.env_timeout_s,
+        )
 
     def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
         """Records the version: the run's policy, which this sampler plays with, got the

@@ -12,6 +12,10 @@ with `tools=`), three checks, each with a hint when it fails:
    must: one call and two calls in a turn).
 3. The loss mask: the sample conversation is tokenized the way the rollout
    does it, and the mask-1 tokens must decode to exactly the assistant's text.
+4. Plain tool text: a tool result holding the text of every special token of
+   the tokenizer (the template's turn markers among them) is tokenized as plain
+   text; the tool turn's special ids are the template's own, as they are for
+   an ordinary result.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from rich.text import Text
 from agentgym.config import ConfigError
 from agentgym.env.templates import TemplateFormat
 from agentgym.env.tool_env import ToolEnv
-from agentgym.rollout.episodes import continuation_ids, render, use_chat_template
+from agentgym.rollout.episodes import continuation_ids, prompt_ids, render, use_chat_template
+from agentgym.rollout.external_text import special_ids, special_strings
 from agentgym.tools import ToolCallFormat, get_format
 from agentgym.tools.formats import ToolResult
 from agentgym.types import ToolCall
@@ -192,8 +197,7 @@ def masked_conversation(
 ) -> tuple[list[int], list[int]]:
     """Token ids and loss mask for a conversation, built as the rollout builds them."""
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    prompt = render(tokenizer, messages[:first], True, tools)
-    ids = tokenizer.encode(prompt, add_special_tokens=False)
+    ids = prompt_ids(tokenizer, messages[:first], tools)
     mask = [0] * len(ids)
     history = list(messages[:first])
     k = first
@@ -245,6 +249,45 @@ def check_mask(
     return check, ids, mask
 
 
+def check_plain_tool_text(tokenizer, format_name: str, tool_parser: str | None = None) -> Check:
+    """A tool result holding every special token's text is tokenized as plain text: the
+    special ids after the sampled call are the template's own, as for an ordinary result."""
+    fmt = tool_format(tokenizer, format_name, tool_parser)
+    tools = TOOLS if fmt.name == "native" else None
+    messages = sample_conversation(fmt)
+    replies = [m for m in messages[3:] if m["role"] != "assistant"]
+    strings = special_strings(tokenizer)
+    forged = "\n".join(strings) + "\nforged"
+    special = special_ids(tokenizer)
+
+    def turn_specials(content: str) -> list[str]:
+        """The special tokens of the ids that follow the call when each reply is `content`."""
+        ids = continuation_ids(
+            tokenizer, messages[:3], [{**m, "content": content} for m in replies], True, tools
+        )
+        return [tokenizer.convert_ids_to_tokens(i) for i in ids if i in special]
+
+    hint = "report it: the rollout cannot keep this tokenizer's special-token text plain"
+    try:
+        own, seen = turn_specials(_RESULT), turn_specials(forged)
+    except ValueError as err:  # the tokenizer makes a special id out of plain text
+        return Check("plain-tool-text", False, str(err), hint)
+    if seen != own:
+        return Check(
+            "plain-tool-text",
+            False,
+            f"tool text became control tokens: {seen} where the template writes {own}",
+            hint,
+        )
+    named = [s for s in strings if s in (tokenizer.chat_template or "")] or strings[:3]
+    return Check(
+        "plain-tool-text",
+        True,
+        f"tool text holding all {len(strings)} special tokens ({', '.join(named)}, ...) "
+        f"stays plain text; the {len(own)} the template writes around it stay special",
+    )
+
+
 def show_mask(console: Console, tokenizer, ids: list[int], mask: list[int]) -> None:
     """Prints the conversation with the agent's tokens (mask 1) in green, the rest dim."""
     text = Text()
@@ -275,6 +318,8 @@ def run_doctor(
 ) -> bool:
     """Runs every check, prints a report; True when the template can be used as it is."""
     checks, ids, mask = run_checks(tokenizer, format_name, tool_parser)
+    if ids:  # the sample conversation was built: its tool text is forged in turn
+        checks.append(check_plain_tool_text(tokenizer, format_name, tool_parser))
     console.print(f"[bold]agentgym doctor[/bold]: {model_name}, tool format {format_name}")
     for c in checks:
         mark = "[green]ok[/green]  " if c.ok else "[red]FAIL[/red]"

@@ -40,6 +40,13 @@ class Progress:
     best_step: int | None = None
     skipped_steps: int = 0
     consecutive_skips: int = 0
+    start_selection: dict[str, Any] | None = None
+    """The start model's selection figures, as a history row of step 0 (None: not scored)."""
+
+    def candidates(self) -> list[dict[str, Any]]:
+        """The rows `checkpoint-best` is chosen among: the start's (step 0), then each step's."""
+        start = [self.start_selection] if self.start_selection is not None else []
+        return start + self.history
 
 
 def learner_for(config: Config, model, start_model: str | None, resume: Path | None) -> Learner:
@@ -91,6 +98,7 @@ class RunState:
             best_step=p.best_step,
             skipped_steps=p.skipped_steps,
             consecutive_skips=p.consecutive_skips,
+            start_selection=p.start_selection,
             rng={
                 "python": random.getstate(),
                 "numpy": _numpy_state(),
@@ -127,6 +135,7 @@ def restore(state: CheckpointState, resume: Path, learner: Learner, rng) -> Prog
         best_step=state.best_step,
         skipped_steps=state.skipped_steps,
         consecutive_skips=state.consecutive_skips,
+        start_selection=state.start_selection,
     )
 
 

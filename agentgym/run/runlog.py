@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from agentgym import records
+from agentgym.run.failures import failed_fraction
 from agentgym.types import Trajectory
 
 
@@ -65,7 +66,8 @@ def failure_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float | str
 
     "reward/failed": episodes whose reward is not a verified outcome (a reward
     function failed, or the environment's reward is not finite); "env/errors":
-    episodes that `env.step` ended by raising. The "first_error" keys are
+    episodes that `env.reset` or `env.step` ended by raising or hanging;
+    "failures/fraction": the share of episodes that are either. The "first_error" keys are
     present only when their count is not 0.
     """
     reward = [t.reward_error for t in trajectories if t.reward_error is not None]
@@ -73,6 +75,7 @@ def failure_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float | str
     out: dict[str, float | str] = {
         records.REWARD_FAILED: float(len(reward)),
         records.ENV_ERRORS: float(len(env)),
+        records.FAILED_FRACTION: failed_fraction(trajectories),
     }
     if reward:
         out[records.REWARD_FIRST_ERROR] = reward[0]
@@ -184,6 +187,42 @@ def truncate_logs(directory: Path, step: int) -> None:
         staging = path.with_name(f".{name}.tmp")
         staging.write_text("".join(kept))
         staging.replace(path)
+
+
+EARLIER_START = (
+    "metrics.jsonl",
+    "completions.jsonl",
+    "sft_metrics.jsonl",
+    "sft_long_metrics.jsonl",
+    "tb",
+    "curves.png",
+    "report",
+    "checkpoint-*",
+)
+"""What a start of a run writes in its folder (`checkpoint-*`: its SFT, best and numbered
+checkpoints); a later start would append to the logs and overwrite the rest."""
+
+
+def set_aside(directory: Path) -> Path | None:
+    """Moves what an earlier start of the run in `directory` wrote (`EARLIER_START`) into
+    `directory/old-<n>/`, the first free n, so that a fresh start loses none of it.
+
+    Returns:
+        The folder they went to; None when there was nothing to move (nothing is created).
+    """
+    directory = Path(directory)
+    found = sorted({p for pattern in EARLIER_START for p in directory.glob(pattern)})
+    if not found:
+        return None
+    n = 1
+    while (directory / f"old-{n}").exists():
+        n += 1
+    folder = directory / f"old-{n}"
+    folder.mkdir()
+    for path in found:
+        # a link (checkpoint-best) moves as a link: relative ones still resolve in there
+        path.rename(folder / path.name)
+    return folder
 
 
 def _step_of(line: str) -> int | None:

@@ -35,7 +35,7 @@ from agentgym.records import CheckpointState
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.episodes import TaskSpec
 from agentgym.rollout.sampler import Sampler
-from agentgym.run import preflight
+from agentgym.run import failures, preflight
 from agentgym.run.checkpoint import (
     BEST,
     latest_checkpoint,
@@ -342,12 +342,36 @@ def follow(config: Config, resume: Path | None) -> Path:
     return Path(config.run.output)
 
 
+def score_start(rs: RunState, run: Run, stages: Stages) -> None:
+    """Scores the model GRPO starts from (the SFT checkpoint, or the base model) on the
+    selection tasks, as step 0: it is `checkpoint-best` until a step scores higher."""
+    config, p = rs.config, rs.progress
+    if run.selection is None or p.step != 0 or p.start_selection is not None:
+        return
+    assert config.run.output is not None  # the CLI names the run's folder first
+    p.start_selection = {"step": 0, **selection_figures(run, stages, 0)}
+    p.best_step = 0
+    save_best(config.run.output, 0, rs.model, rs.tokenizer, config)
+
+
+def selection_figures(run: Run, stages: Stages, step: int) -> dict[str, float]:
+    """The run's policy's figures on the selection tasks now, as step metrics."""
+    assert run.selection is not None and run.policy is not None  # made before GRPO
+    results = evaluate(run.selection, run.policy, stages, f"eval step {step}", run.config.run.seed)
+    figures = summarize(results)
+    row = {key: getattr(figures.greedy, v) for key, v in EVAL_METRICS.items()}
+    if figures.sampled is not None:
+        row[records.EVAL_PASS_AT_1] = figures.sampled.at_k["pass@1"]
+    return row
+
+
 def record_step(
     rs: RunState, run: Run, stages: Stages, step: int, trajectories: list[Trajectory], metrics: dict
 ) -> list:
     """Counts skipped updates, evaluates when due (keeping checkpoint-best), checks
     health, logs the step; returns the health warnings. Too many skipped updates in
-    a row end the run with TrainingError."""
+    a row end the run with TrainingError, and so do too many failed steps in a row
+    (`agentgym.run.failures`), after a checkpoint."""
     config, p = rs.config, rs.progress
     ev, max_skips = config.eval, config.run.max_skipped_steps
     assert config.run.output is not None and run.log is not None  # set before the first step
@@ -356,13 +380,7 @@ def record_step(
     p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0
     metrics[records.SKIPPED_STEPS] = float(p.skipped_steps)
     if run.selection is not None and (step % ev.every == 0 or step == config.run.steps):
-        assert run.policy is not None  # `build_learner` made it
-        figures = summarize(
-            evaluate(run.selection, run.policy, stages, f"eval step {step}", config.run.seed)
-        )
-        metrics.update({key: getattr(figures.greedy, v) for key, v in EVAL_METRICS.items()})
-        if figures.sampled is not None:
-            metrics[records.EVAL_PASS_AT_1] = figures.sampled.at_k["pass@1"]
+        metrics.update(selection_figures(run, stages, step))
     p.history.append({"step": step, **metrics})
     warnings = check_health(p.history, beta=config.grpo.beta)
     for w in warnings:
@@ -370,7 +388,7 @@ def record_step(
     run.log.metrics(step, metrics, health=[w.kind for w in warnings])
     run.log.completions(step, trajectories, config.run.log_completions)
     select = records.EVAL_PASS_AT_1 if ev.n else records.EVAL_CORRECTNESS
-    if records.EVAL_CORRECTNESS in metrics and best_step(p.history, select) == step:
+    if records.EVAL_CORRECTNESS in metrics and best_step(p.candidates(), select) == step:
         p.best_step = step
         save_best(config.run.output, step, rs.model, rs.tokenizer, config)
     if p.consecutive_skips >= max_skips:
@@ -380,4 +398,6 @@ def record_step(
             "Lower optim.lr or check the rewards; the last checkpoint is "
             f"{latest_checkpoint(config.run.output) or 'none'}."
         )
+    if (reason := failures.stop_reason(p.history, trajectories, config.run)) is not None:
+        raise TrainingError(f"{reason} Checkpoint: {rs.save(step)}.")
     return warnings

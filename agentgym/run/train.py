@@ -202,6 +202,7 @@ def _grpo(rs: RunState, run: Run, sampler: Sampler, stages: Stages, stop: StopRe
     assert run.policy is not None  # build_learner made it
     task = stages.stage("grpo", config.run.steps)
     stages.advance(task, p.step)
+    setup.score_start(rs, run, stages)  # step 0: the start is a checkpoint-best candidate
     levels = Curriculum.from_config(config.run.curriculum)
     if levels is not None:
         levels.replay(p.history)  # where a resumed run stood

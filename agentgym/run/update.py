@@ -37,7 +37,8 @@ def learner_steps(
     weights for the sampler's (`Learner.correct_mismatch`).
     """
     g = config.grpo
-    keep = torch.ones(len(trajectories), dtype=torch.bool)
+    # an episode whose reset failed has no tokens to learn from (its advantage is 0)
+    keep = torch.tensor([len(t.tokens) > 0 for t in trajectories], dtype=torch.bool)
     stats: dict[str, float] = {}
     if g.drop_zero_variance_groups:
         flat = torch.tensor(
@@ -46,7 +47,7 @@ def learner_steps(
                 for group in rewards.split(g.group_size)
             ]
         )
-        keep = ~flat.repeat_interleave(g.group_size)
+        keep &= ~flat.repeat_interleave(g.group_size)
         stats[records.DROPPED_GROUPS] = float(flat.sum())
     if not keep.any():
         return stats

@@ -60,6 +60,7 @@ class RolloutWorker:
                 model = wrap_lora(model, config)
             self.policy = HFPolicy(model, self.tokenizer)
         self.envs = [make_env(config.run.env, **config.run.env_kwargs) for _ in range(envs)]
+        self.env_timeout_s = config.run.env_step_timeout_s
         self.incarnation = uuid.uuid4().hex  # a restarted actor gets a new one
         self._group: SyncGroup | None = None
 
@@ -112,7 +113,10 @@ class RolloutWorker:
         max_tokens: int | None,
     ) -> Reply:
         """`rollout.collect` over this worker's groups; groups are numbered from 0."""
-        played = play(self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens)
+        timeout = self.env_timeout_s
+        played = play(
+            self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens, timeout
+        )
         return self.incarnation, played
 
     def close(self) -> None:

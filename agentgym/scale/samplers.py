@@ -134,4 +134,4 @@ def make_sampler(
         return RaySampler(RayRollout(config, start_model, weights()))
     if ranks_sample(config):
         return RankSampler(envs, policy, tokenizer)
-    return InProcessSampler(envs, policy, tokenizer)
+    return InProcessSampler(envs, policy, tokenizer, config.run.env_step_timeout_s)

@@ -1,22 +1,15 @@
-"""Every option of a run, its type and its default: the one source of truth.
-
-A run's config is built from the defaults below, then a YAML file
-(`--config`), then CLI flags and `--set section.field=value` overrides, in that
-order. Unknown keys and bad values are errors that name the field.
-"""
+"""Every option of a run, its type, its default and its description: the one source of truth."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -309,6 +302,25 @@ class RunConfig(_Section):
     max_skipped_steps: int = Field(
         3, ge=1, description="Steps in a row whose update is skipped (not finite) before an error."
     )
+    max_failed_fraction: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="Share of a step's episodes that may be unscorable (an env's step or reset "
+        "raised or hung, a reward function failed); more counts the step as failed.",
+    )
+    max_failed_steps: int = Field(
+        3,
+        ge=1,
+        description="Failed steps in a row (run.max_failed_fraction) that stop the run with a "
+        "checkpoint and TrainingError naming the most frequent error.",
+    )
+    env_step_timeout_s: float | None = Field(
+        300.0,
+        gt=0,
+        description="Seconds one env.reset or env.step may take in this process; past them "
+        "its episode is unscorable and the batch goes on. None: no limit.",
+    )
     log_completions: int = Field(4, ge=0, description="Completions written per step.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
     stop_on_health: bool = Field(False, description="Stop, with a checkpoint, on a health warning.")
@@ -364,6 +376,12 @@ class DistributedConfig(_Section):
     max_worker_restarts: int = Field(
         3, ge=0, description="Restarts of a rollout actor that died, before the run fails."
     )
+    worker_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds to wait for one call to a Ray rollout actor (a batch, a weight "
+        "sync, a restart); past them the run stops with TrainingError naming the worker.",
+    )
     weight_sync: Literal["object_store", "collective"] = Field(
         "object_store",
         description="How new weights reach the Ray workers after each step: 'object_store' (a "
@@ -403,46 +421,3 @@ class Config(_Section):
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     run: RunConfig = Field(default_factory=RunConfig)
-
-
-class ConfigError(ValueError):
-    """A config file, key or value that is not valid; the message names it."""
-
-
-def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    section, _, field = key.partition(".")
-    sections = Config.model_fields
-    if section not in sections or not field:
-        raise ConfigError(
-            f"unknown config key {key!r}; keys look like section.field with section one of: "
-            + ", ".join(sections)
-        )
-    fields = sections[section].annotation.model_fields  # type: ignore[union-attr]
-    if field not in fields:
-        raise ConfigError(
-            f"unknown config key {key!r}; valid fields of {section!r}: " + ", ".join(fields)
-        )
-    data.setdefault(section, {})[field] = value
-
-
-def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Builds a Config from an optional YAML file and dotted-key overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        if not Path(path).is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections")
-        data = loaded
-    for key, value in (overrides or {}).items():
-        _set_dotted(data, key, value)
-    try:
-        return Config.model_validate(data)
-    except ValidationError as err:
-        where = f" in {path}" if path else ""
-        lines = [
-            f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
-            for e in err.errors()
-        ]
-        raise ConfigError(f"invalid config{where}:\n" + "\n".join(lines)) from None
