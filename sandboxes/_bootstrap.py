@@ -71,6 +71,8 @@ def build_root(cfg):
     for path in (cfg["workdir"], "/tmp", "/dev/shm"):
         os.makedirs(root + path, exist_ok=True)
         _mount(libc, "tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+    # as bubblewrap's: only the devices and /dev/shm's capped tmpfs are writable in /dev
+    _mount(libc, None, root + "/dev", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
     # The Python dirs come after the tmpfs mounts: a venv under /tmp (a CI checkout)
     # would otherwise be hidden by the private /tmp.
     for path in cfg["python_dirs"]:

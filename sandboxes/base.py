@@ -13,18 +13,25 @@ It is not a kernel attacker, and the sandbox does not claim to stop one.
 
 Isolated, and why:
 
-- Network. Each run gets its own network namespace holding only a
-  loopback that is down. No outbound TCP, no DNS, and no host loopback:
+- Network. Each run gets its own network namespace holding only its own
+  loopback (up under bwrap, down under unshare), and no route. No outbound
+  TCP, no DNS, and no host loopback:
   the trainer's and the inference server's ports on 127.0.0.1 live in
   another namespace, out of reach. (Reward hacking by calling a grader or
   a model over HTTP is the reason.)
 - Filesystem. The system (/usr, /etc, the libraries, the Python prefix)
   is mounted read-only; the root is a read-only tmpfs with nothing else on
   it, so home directories (~/.bashrc, ~/.cache, tokens), the repository
-  and the host's /tmp are not there at all. The code's writable work dir
-  (`WORKDIR`) and /tmp are private tmpfs mounts of fixed size, thrown
-  away after the run: nothing written survives, and disk fill stops at
-  the tmpfs size (and RLIMIT_FSIZE per file).
+  and the host's /tmp are not there at all. /dev holds only a few devices
+  and is read-only too.
+- Scratch space: the work dir (`WORKDIR`), /tmp and /dev/shm are the only
+  writable places, each a private tmpfs thrown away after the run, so
+  nothing written survives. Each is capped at `tmpfs_mb` in every budget
+  mode: a write past it fails with ENOSPC (and one file stops at
+  RLIMIT_FSIZE). With a cgroup their pages also count against
+  `memory_mb`, so a run that fills them past its budget is killed as
+  "memory"; without one (the rlimit fallback) they are host RAM outside
+  `memory_mb`, at most 3 x `tmpfs_mb` per run.
 - Environment. The host's environment variables (API keys, tokens) are
   cleared; the code sees a fixed PATH, HOME and LANG. Python runs with
   -I, so PYTHON* variables and the user site are ignored as well.
@@ -77,8 +84,8 @@ Not isolated, and why:
   version, CPU model and count, total memory, the read-only system files
   (world-readable ones only), and /proc of its own pid namespace.
 - Memory without a cgroup (the rlimit fallback): page cache and kernel
-  memory are not accounted, and tmpfs writes count against host RAM up
-  to the tmpfs size, outside `memory_mb`.
+  memory are not accounted, and writes to the work dir, /tmp and /dev/shm
+  take host RAM up to their caps (3 x `tmpfs_mb`), outside `memory_mb`.
 - Denial of service below the limits, e.g. a run that uses its full CPU
   quota on every core it can fork onto.
 """

@@ -3,12 +3,12 @@
 See `agentgym.sandboxes.base` for the threat model. Three isolation modes:
 
 - "bwrap": bubblewrap builds a private root (read-only /usr, /etc and the
-  Python prefix; tmpfs work dir and /tmp; a new /proc and a minimal /dev)
-  in new pid, net, ipc, uts and mount namespaces. As an ordinary user it
-  also makes a user namespace and runs the code as uid 65534; as root it
-  keeps only CAP_SETUID/CAP_SETGID so the bootstrap can drop to a random
-  high uid that owns nothing (in a user namespace mapped to root the
-  kernel would not enforce RLIMIT_NPROC).
+  Python prefix; a new /proc; a minimal read-only /dev; capped tmpfs work
+  dir, /tmp and /dev/shm) in new pid, net, ipc, uts and mount namespaces.
+  As an ordinary user it also makes a user namespace and runs the code as
+  uid 65534; as root it keeps only CAP_SETUID/CAP_SETGID so the bootstrap
+  can drop to a random high uid that owns nothing (in a user namespace
+  mapped to root the kernel would not enforce RLIMIT_NPROC).
 - "unshare": for root where bubblewrap is missing. util-linux `unshare`
   makes the same namespaces; the bootstrap builds the same root with
   mount(2) and chroot, then drops to a random high uid.
@@ -261,6 +261,10 @@ class LocalSandbox:
                 args += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 args += ["--ro-bind", path, path]
+        # --dev before /dev/shm's capped tmpfs, which it would hide if mounted later. Its own
+        # tmpfs has no size and is the code's where bwrap makes a user namespace: it is
+        # remounted read-only below.
+        args += ["--dev", "/dev"]
         size = str(self.tmpfs_bytes)
         for path in (WORKDIR, "/tmp", "/dev/shm"):
             args += ["--perms", "1777", "--size", size, "--tmpfs", path]
@@ -271,7 +275,7 @@ class LocalSandbox:
             args += ["--perms", "0755", "--dir", path]
         for path in self._python_dirs:
             args += ["--ro-bind", path, path]
-        args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", "/"]
+        args += ["--proc", "/proc", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/"]
         args += ["--clearenv"] + [a for k, v in SAFE_ENV.items() for a in ("--setenv", k, v)]
         return args
 

