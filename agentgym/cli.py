@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agentgym.config import Config, ConfigError
+from agentgym.config import Config, ConfigError, EvalConfig
 from agentgym.config_cli import add_config_arguments, load, version
 
 
@@ -80,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", type=Path, help="YAML config (env_kwargs, sampling, eval)")
     ev.add_argument("--split", choices=["train", "test"], help="split of the tasks (eval.split)")
     ev.add_argument("--tasks", type=int, help="how many tasks, from the split's first (eval.tasks)")
-    ev.add_argument("--n", type=int, default=4, help="sampled episodes per task, for pass@k")
+    n = EvalConfig.model_fields["n"]  # one option: its description and default are eval.n's
+    n_help = f"{n.description} (eval.n; default: {n.default})".replace("%", "%%")
+    ev.add_argument("--n", type=int, metavar="N", help=n_help)
     ev.add_argument("--k", type=int, default=None, help="k of pass@k and maj@k (default: n)")
     ev.add_argument("--baseline", help="a second model, played on the same tasks and compared")
     ev.add_argument("--output", type=Path, help="report folder (default runs/eval-<env>-<time>)")
@@ -141,7 +143,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from agentgym.run.preflight import check
-    from agentgym.run.runlog import truncate_logs
+    from agentgym.run.runlog import set_aside
     from agentgym.run.train import train
     from agentgym.scale import dist
 
@@ -156,7 +158,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not dist.is_main():  # under torchrun, only rank 0 touches run.output
         pass
     elif args.resume == "auto" and checkpoint is None:
-        truncate_logs(output, 0)  # a run killed before its first checkpoint starts afresh
+        # a run stopped before its first checkpoint starts afresh; what it wrote is kept
+        if (old := set_aside(output)) is not None:
+            print(
+                f"--resume auto: no complete checkpoint in {output}; starting afresh, "
+                f"the earlier start's logs and checkpoints moved to {old}"
+            )
     elif checkpoint is None and output is not None and (output / "metrics.jsonl").exists():
         raise ConfigError(
             f"run.output {str(output)!r} already holds a run (metrics.jsonl); choose a new "
@@ -222,12 +229,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "model.name": args.model,
         "eval.split": args.split,
         "eval.tasks": args.tasks,
+        "eval.n": args.n,
     }
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
     config = load(args.config, [*args.overrides, *named])
-    k = args.k if args.k is not None else max(args.n, 1)
-    if args.n < 0 or (args.n and not 1 <= k <= args.n) or (not args.n and args.k):
-        raise ConfigError(f"--n {args.n} --k {args.k}: need n >= 0 and 1 <= k <= n (k needs n)")
+    n = config.eval.n  # >= 0, as its Field says
+    k = args.k if args.k is not None else max(n, 1)
+    if (n and not 1 <= k <= n) or (not n and args.k):
+        raise ConfigError(f"eval.n {n} --k {args.k}: need 1 <= k <= n (k needs n > 0)")
     output = args.output
     if output is None:
         name = config.run.env.replace("/", "_").replace(":", "_")
@@ -235,7 +244,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if (output / "report.json").exists():
         raise ConfigError(f"--output {str(output)!r} already holds a report; choose a new one")
     check(config, "eval", output=output, baseline=args.baseline)  # before a model loads
-    run_eval(config, n=args.n, k=k, baseline=args.baseline, output=output)
+    run_eval(config, k=k, baseline=args.baseline, output=output)
     print(f"report written to {output}")
     return 0
 

@@ -22,19 +22,18 @@ are refused, naming ours.
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib.metadata
 import sys
-import types
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeGuard, Union, get_args, get_origin
+from typing import Any, Literal, TypeGuard, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel
 
 from agentgym.config import Config, ConfigError, load_config
+from agentgym.config.files import read_yaml, type_members, unknown_key, unknown_keys
 from agentgym.config_trl import TRL_ALIASES, TRL_REFUSED
 
 NULLS = frozenset({"null", "Null", "NULL", "None", "none", "~"})
@@ -70,7 +69,7 @@ def field_docs(model: type[BaseModel] = Config, prefix: str = "") -> Iterator[Fi
             "required" if info.is_required() else flow(info.get_default(call_default_factory=True))
         )
         yield FieldDoc(f"{prefix}{name}", info.annotation, default, info.description or "")
-        items = [m for m in _members(info.annotation) if get_origin(m) is list]
+        items = [m for m in type_members(info.annotation) if get_origin(m) is list]
         if items and _is_model(get_args(items[0])[0]):
             yield from field_docs(get_args(items[0])[0], f"{prefix}{name}[].")
 
@@ -88,7 +87,7 @@ def flow(value: Any) -> str:
 
 def type_name(annotation: Any) -> str:
     """A declared type as a reader would write it: `float | None`, `{hf,vllm}`, `list[str]`."""
-    members = _members(annotation)
+    members = type_members(annotation)
     if len(members) > 1:
         return " | ".join(type_name(m) for m in members)
     kind = members[0]
@@ -110,21 +109,37 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     """`--set key=value` strings as nested overrides (`{"grpo": {"beta": 0.1}}`), later winning.
 
     Raises:
-        ConfigError: naming the key or value and what would be valid.
+        ConfigError: naming every bad key or value, one a line, and what would be valid.
     """
     overrides: dict[str, Any] = {}
+    problems = []
     for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected section.field=value, e.g. grpo.beta=0.02")
-        path, annotation = resolve(key.strip())
+        try:
+            path, value = _parse_item(item)
+        except ConfigError as err:
+            problems.append(str(err))
+            continue
         node = overrides
         for part in path[:-1]:
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]
-        node[path[-1]] = merge(node.get(path[-1]), parse_value(annotation, raw, ".".join(path)))
+        node[path[-1]] = merge(node.get(path[-1]), value)
+    if problems:
+        raise ConfigError("\n".join(problems))
     return overrides
+
+
+def _parse_item(item: str) -> tuple[list[str], Any]:
+    """One `--set key=value` string's path and value; ConfigError naming what is wrong."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {item!r}: expected section.field=value, e.g. grpo.beta=0.02")
+    path, annotation = resolve(key.strip())
+    value = parse_value(annotation, raw, ".".join(path))
+    if unknown := unknown_keys(value, annotation, ".".join(path)):  # in a list's models
+        raise ConfigError("\n".join(unknown))
+    return path, value
 
 
 def resolve(key: str) -> tuple[list[str], Any]:
@@ -137,7 +152,7 @@ def resolve(key: str) -> tuple[list[str], Any]:
         parts = alias.split(".")
     annotation: Any = Config
     for depth, part in enumerate(parts):
-        dicts = [m for m in _members(annotation) if get_origin(m) is dict]
+        dicts = [m for m in type_members(annotation) if get_origin(m) is dict]
         if _is_model(annotation):
             if part not in annotation.model_fields:
                 raise ConfigError(_unknown(key, parts[:depth], annotation))
@@ -152,7 +167,7 @@ def resolve(key: str) -> tuple[list[str], Any]:
 
 def parse_value(annotation: Any, raw: str, key: str) -> Any:
     """`raw` read as the declared type: the text itself for str, flow YAML for containers."""
-    members = _members(annotation)
+    members = type_members(annotation)
     try:
         if Any in members:
             return yaml.safe_load(raw) if raw.strip() else ""
@@ -167,7 +182,7 @@ def parse_value(annotation: Any, raw: str, key: str) -> Any:
 
 
 def _read_node(annotation: Any, node: yaml.Node, key: str) -> Any:
-    members = _members(annotation)
+    members = type_members(annotation)
     lists = [m for m in members if get_origin(m) is list]
     maps = [m for m in members if get_origin(m) is dict or _is_model(m)]
     if Any in members:
@@ -204,7 +219,7 @@ def _scalar(kind: Any, text: str) -> Any:
 def _value_type(kind: Any, name: str) -> Any:
     if _is_model(kind):
         field = kind.model_fields.get(name)
-        return field.annotation if field else Any  # pydantic names an unknown field
+        return field.annotation if field else Any  # `unknown_keys` names an unknown field
     return get_args(kind)[1] if get_args(kind) else Any
 
 
@@ -219,23 +234,8 @@ def _declared(parts: list[str]) -> Any:
 
 
 def _unknown(key: str, where: list[str], model: type[BaseModel]) -> str:
-    keys = [d.key for d in field_docs() if "[]" not in d.key]
-    close = difflib.get_close_matches(key, [*Config.model_fields, *keys, *TRL_ALIASES], n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    if not where:
-        shape = "keys look like section.field with section one of"
-        return f"unknown config key {key!r}{hint}; {shape}: {', '.join(Config.model_fields)}"
-    valid = ", ".join(model.model_fields)
-    return f"unknown config key {key!r}{hint}; valid fields of {'.'.join(where)!r}: {valid}"
-
-
-def _members(annotation: Any) -> list[Any]:
-    """The types a value may take: a union's members, each without its Annotated metadata."""
-    if get_origin(annotation) is Annotated:
-        return _members(get_args(annotation)[0])
-    if get_origin(annotation) in (Union, types.UnionType):
-        return [m for arg in get_args(annotation) for m in _members(arg)]
-    return [annotation]
+    keys = [d.key for d in field_docs() if "[]" not in d.key]  # a near miss of any depth
+    return unknown_key(key, ".".join(where), model, [*keys, *TRL_ALIASES])
 
 
 def _is_model(annotation: Any) -> TypeGuard[type[BaseModel]]:
@@ -261,31 +261,41 @@ def merge(base: Any, override: Any) -> Any:
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """A YAML config file as a mapping of sections; an empty section (`grpo:`) is `{}`."""
+    """A YAML config file as a mapping of sections; an empty section (`grpo:`) is `{}`.
+
+    Raises:
+        ConfigError: naming every key given twice, unknown section and unknown field.
+    """
     where = f"config file {str(path)!r}"
-    if not Path(path).is_file():
-        raise ConfigError(f"{where} does not exist")
-    try:
-        with Path(path).open() as stream:
-            loaded = yaml.safe_load(stream) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{where} is not valid YAML: {err}") from None
+    loaded = read_yaml(path) or {}
     if not isinstance(loaded, dict):
         raise ConfigError(f"{where} must hold a mapping of sections")
+    problems = unknown_keys(loaded)
     for section, fields in loaded.items():
-        model = _declared([str(section)])
-        if model is None:
-            raise ConfigError(f"{where}: " + _unknown(str(section), [], Config))
-        if fields is not None and not isinstance(fields, dict):
-            raise ConfigError(f"{where}: section {section!r} must hold a mapping, not {fields!r}")
-        if unknown := sorted((fields or {}).keys() - model.model_fields.keys()):
-            raise ConfigError(f"{where}: " + _unknown(f"{section}.{unknown[0]}", [section], model))
+        if section in Config.model_fields and not isinstance(fields, dict | None):
+            problems.append(f"section {section!r} must hold a mapping, not {fields!r}")
+    if problems:
+        raise ConfigError("\n".join(f"{where}: {p}" for p in problems))
     return {section: fields or {} for section, fields in loaded.items()}
 
 
 def load(path: Path | None, items: Sequence[str]) -> Config:
-    """The Config from an optional YAML file, then `--set` strings in order."""
-    data = merge(read_config_file(path) if path is not None else {}, parse_overrides(items))
+    """The Config from an optional YAML file, then `--set` strings in order.
+
+    Raises:
+        ConfigError: naming every problem of the file and of the `--set` strings at once.
+    """
+    problems = []
+    try:
+        data = read_config_file(path) if path is not None else {}
+    except ConfigError as err:
+        data, problems = {}, [str(err)]
+    try:
+        data = merge(data, parse_overrides(items))
+    except ConfigError as err:
+        problems.append(str(err))
+    if problems:
+        raise ConfigError("\n".join(problems))
     flat = {
         f"{section}.{field}": v for section, fields in data.items() for field, v in fields.items()
     }
@@ -353,7 +363,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, dest: str = "overrides
 
 
 def _metavar(annotation: Any) -> str:
-    kinds = [m for m in _members(annotation) if m is not type(None)]
+    kinds = [m for m in type_members(annotation) if m is not type(None)]
     if len(kinds) == 1 and get_origin(kinds[0]) is Literal:
         return type_name(kinds[0])
     names = {list: "LIST", dict: "DICT"}
@@ -369,7 +379,7 @@ def markdown() -> str:
     """docs/configs.md: every field of every section, then TRL's names."""
     command = "python -m agentgym.config_cli --markdown > docs/configs.md"
     lines = [
-        f"*Generated by `{command}` from the `Field` descriptions in agentgym/config.py; "
+        f"*Generated by `{command}` from the `Field` descriptions in agentgym/config/sections.py; "
         "edit those, not this file.*",
         "",
         "# Config reference",

@@ -185,3 +185,61 @@ def test_a_lora_run_saves_only_the_adapters(tmp_path):
     checkpoint = out / "checkpoint-000001"
     assert (checkpoint / "adapter_model.safetensors").is_file()
     assert not (checkpoint / "model.safetensors").exists()
+
+
+class _Reached(Exception):
+    """Raised where the evaluation makes its held-out episodes: the test has what it needs."""
+
+
+@pytest.fixture
+def reached_eval(monkeypatch):
+    """What `agentgym eval` hands the evaluation, one (n, k, config) per run; the run stops
+    as the held-out episodes are made, before any is played."""
+    import agentgym.eval.command as command
+
+    seen, real_run = [], command.run_eval
+
+    def run_eval(config, *, k, baseline, output):
+        seen.append({"k": k, "config": config.model_dump()})
+        return real_run(config, k=k, baseline=baseline, output=output)
+
+    def from_config(config, ids, tokenizer, *, n):
+        seen[-1]["n"] = n
+        raise _Reached
+
+    monkeypatch.setattr(command, "run_eval", run_eval)
+    monkeypatch.setattr(command.HeldOut, "from_config", staticmethod(from_config))
+    return seen
+
+
+def test_eval_n_and_set_eval_n_are_one_option_reaching_the_evaluation_alike(tmp_path, reached_eval):
+    config = tmp_path / "eval.yaml"
+    config.write_text("eval:\n  n: 8\n")
+    spellings = [
+        ["--n", "8"],
+        ["--set", "eval.n=8"],
+        ["--eval.n", "8"],
+        ["--config", str(config)],
+        ["--set", "eval.n=2", "--n", "8"],  # the flag wins over --set, as --tasks does
+    ]
+    for i, spelling in enumerate(spellings):
+        argv = ["eval", "--env", "math", "--model", "tiny-random", "--tasks", "1"]
+        with pytest.raises(_Reached):
+            main([*argv, "--output", str(tmp_path / f"report-{i}"), *spelling])
+    assert [(s["n"], s["k"]) for s in reached_eval] == [(8, 8)] * len(spellings)
+    assert all(s["config"] == reached_eval[0]["config"] for s in reached_eval)
+
+
+def test_eval_n_has_eval_n_s_default_and_description(tmp_path, reached_eval, capsys, monkeypatch):
+    from agentgym.config import EvalConfig
+
+    field = EvalConfig.model_fields["n"]
+    argv = ["eval", "--env", "math", "--model", "tiny-random", "--tasks", "1"]
+    with pytest.raises(_Reached):
+        main([*argv, "--output", str(tmp_path / "report")])
+    assert reached_eval[0]["n"] == field.default and reached_eval[0]["k"] == 1
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option: the description stays whole
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"--n N {field.description} (eval.n; default: {field.default})" in text

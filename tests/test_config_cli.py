@@ -259,6 +259,81 @@ def test_a_bad_config_file_is_a_config_error(tmp_path, text, needle):
     assert needle in str(err.value) and str(path) in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "problems"),
+    [
+        (
+            "grpo:\n  beta: 0.1\nrun:\n  steps: 3\ngrpo:\n  group_size: 4\n",
+            ["key 'grpo' is given again on line 5 (first on line 1)"],
+        ),
+        (
+            "grpo:\n  beta: 0.1\n  epsilon: 0.2\n  beta: 0.2\n  beta: 0.3\n",
+            [
+                "key 'grpo.beta' is given again on line 4 (first on line 2)",
+                "key 'grpo.beta' is given again on line 5 (first on line 2)",
+            ],
+        ),
+        (
+            "rewards:\n  functions:\n    - {fn: 'a:b', fn: 'c:d'}\n",
+            ["key 'rewards.functions[0].fn' is given again on line 3 (first on line 3)"],
+        ),
+    ],
+)
+def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path, text, problems):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    for read in (lambda: load(path, []), lambda: load_config(path)):
+        with pytest.raises(ConfigError) as err:
+            read()
+        lines = str(err.value).splitlines()
+        assert lines == [f"config file {str(path)!r}: {p}" for p in problems]
+
+
+def test_a_merge_may_override_the_keys_it_brings_in(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("run:\n  env_kwargs: {<<: {a: 1, b: 2}, a: 3}\n")
+    assert load(path, []).run.env_kwargs == {"a": 3, "b": 2}
+
+
+def test_every_unknown_key_of_the_file_and_of_set_is_reported_at_once(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "grpo:\n  bta: 1\n  epsilon: 0.2\ngrop:\n  beta: 1\nsampling:\n  temprature: 1\n"
+        "rewards:\n  functions: [{fn: 'm:f', fnn: 1}]\nrun:\n  curriculum: {levls: [1]}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load(path, ["optim.lrr=1", "grpo.beta=0.1", "eval.nn=2", "rewards.functions=[{wieght: 1}]"])
+    message = str(err.value)
+    expected = {
+        "grpo.bta": "valid fields of 'grpo': group_size",
+        "grop": "section one of: model",
+        "sampling.temprature": "valid fields of 'sampling': max_new_tokens",
+        "rewards.functions[0].fnn": "valid fields of 'rewards.functions[0]': fn, weight",
+        "run.curriculum.levls": "valid fields of 'run.curriculum': levels",
+        "optim.lrr": "valid fields of 'optim': lr",
+        "eval.nn": "valid fields of 'eval': every",
+        "rewards.functions[0].wieght": "valid fields of 'rewards.functions[0]': fn, weight",
+    }
+    lines = message.splitlines()
+    for key, valid in expected.items():
+        (line,) = [x for x in lines if f"unknown config key {key!r}" in x]
+        assert valid in line, line
+    assert len(lines) == len(expected), message
+    assert sum(str(path) in x for x in lines) == 5  # the file's keys name the file
+
+
+def test_load_config_reports_every_unknown_key_and_bad_value_at_once():
+    overrides = {"grpo.bta": 1, "grp.beta": 1, "grpo.beta": -1, "sampling.top_pp": 1}
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=overrides)
+    lines = str(err.value).splitlines()[1:]
+    assert len(lines) == 4, lines
+    assert "'grpo.bta' (did you mean 'grpo.beta'?); valid fields of 'grpo'" in lines[0]
+    assert "'grp.beta'; keys look like section.field with section one of: model" in lines[1]
+    assert "'sampling.top_pp' (did you mean 'sampling.top_p'?)" in lines[2]
+    assert lines[3].startswith("  grpo.beta: Input should be greater than or equal to 0")
+
+
 @pytest.mark.parametrize("name", ["math.yaml", "tool_call.yaml"])
 def test_a_shipped_config_loads_as_load_config_reads_it(name):
     path = ROOT / "configs" / name

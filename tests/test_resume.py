@@ -20,6 +20,7 @@ from agentgym.learn.learner import Learner, lr_factor
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.run.checkpoint import is_complete, latest_checkpoint, prune, read_state
 from agentgym.run.interrupt import StopRequest
+from agentgym.run.runlog import set_aside
 
 # Rewards that vary within groups under a random model (the share of digits in the reply),
 # a cosine schedule after one warm-up step and a beta schedule: every step moves the weights,
@@ -90,23 +91,47 @@ def _split_run(monkeypatch, run: Path, argv: list[str], at: int = 2) -> None:
     assert main(["train", "--resume", str(run / f"checkpoint-{at:06d}")]) == 0
 
 
+# LoRA's KL reference is its adapters switched off; a full fine-tune's is a frozen copy of
+# the start model, which a resume must load again beside the checkpoint's weights.
+TUNING = {"lora": [], "full": ["--set", "lora.enabled=false"]}
+
+
 @pytest.fixture(scope="module")
-def whole_run(tmp_path_factory) -> Path:
-    """The uninterrupted run of RUN for STEPS steps, shared by the tests that resume it."""
-    run = tmp_path_factory.mktemp("whole") / "run"
-    assert main([*RUN, "--steps", str(STEPS), "--output", str(run)]) == 0
-    _assert_it_trained(run)
-    return run
+def whole_runs(tmp_path_factory):
+    """The uninterrupted run of RUN for STEPS steps with `tuning`, made once per module."""
+    made: dict[str, Path] = {}
+
+    def whole(tuning: str) -> Path:
+        if tuning not in made:
+            run = tmp_path_factory.mktemp(f"whole-{tuning}") / "run"
+            assert main([*RUN, *TUNING[tuning], "--steps", str(STEPS), "--output", str(run)]) == 0
+            _assert_it_trained(run)
+            made[tuning] = run
+        return made[tuning]
+
+    return whole
 
 
-def test_n_steps_then_resume_for_m_more_is_bitwise_one_run_of_n_plus_m(tmp_path, whole_run,
-                                                                      monkeypatch):  # fmt: skip
+@pytest.fixture
+def whole_run(whole_runs) -> Path:
+    """The uninterrupted LoRA run, shared by the tests that resume it."""
+    return whole_runs("lora")
+
+
+@pytest.mark.parametrize("tuning", sorted(TUNING))
+def test_n_steps_then_resume_for_m_more_is_bitwise_one_run_of_n_plus_m(
+    tmp_path, whole_runs, monkeypatch, tuning
+):
+    whole = whole_runs(tuning)
+    # the steps after the resume (3, 4) have a live KL term: a lost reference would show
+    assert all(r["kl"] > 0 for r in _metrics(whole)[2:]), [r["kl"] for r in _metrics(whole)]
     split = tmp_path / "split"
-    _split_run(monkeypatch, split, [*RUN, "--steps", str(STEPS)])
+    _split_run(monkeypatch, split, [*RUN, *TUNING[tuning], "--steps", str(STEPS)])
     _assert_it_trained(split)
     last = f"checkpoint-{STEPS:06d}"
-    assert _weights(whole_run / last) == _weights(split / last)
-    assert _metrics(whole_run) == _metrics(split)
+    assert (split / last / "adapter_model.safetensors").is_file() == (tuning == "lora")
+    assert _weights(whole / last) == _weights(split / last)
+    assert _metrics(whole) == _metrics(split)
     assert [r["step"] for r in _metrics(split)] == [1, 2, 3, 4]
 
 
@@ -303,6 +328,54 @@ def test_resume_auto_without_a_checkpoint_starts_afresh(tmp_path):
     run = tmp_path / "run"
     assert main([*RUN, "--steps", "2", "--resume", "auto", "--output", str(run)]) == 0
     assert [r["step"] for r in _metrics(run)] == [1, 2]
+    assert not list(run.glob("old-*"))  # nothing earlier: nothing set aside
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_resume_auto_without_a_checkpoint_keeps_the_earlier_start_s_files(tmp_path, monkeypatch,
+                                                                         capsys):  # fmt: skip
+    import agentgym.run.train as train_module
+
+    real, calls = train_module.train_step, []
+
+    def train_step(*args, **kwargs):  # killed in step 2, before the first checkpoint
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    run = tmp_path / "run"
+    argv = [*RUN, "--steps", "2", "--set", "run.log_completions=2", "--resume", "auto"]
+    with monkeypatch.context() as m:
+        m.setattr(train_module, "train_step", train_step)
+        assert main([*argv, "--output", str(run)]) == 130
+    assert latest_checkpoint(run) is None and [r["step"] for r in _metrics(run)] == [1]
+    earlier = _files(run)
+    assert {"metrics.jsonl", "completions.jsonl"} <= earlier.keys()
+    capsys.readouterr()
+    assert main([*argv, "--output", str(run)]) == 0
+    assert f"moved to {run / 'old-1'}" in " ".join(capsys.readouterr().out.split())
+    assert _files(run / "old-1") == earlier  # every byte of the earlier start, moved aside
+    assert [r["step"] for r in _metrics(run)] == [1, 2]  # the new start's own log
+
+
+def test_set_aside_moves_to_the_next_free_old_folder_and_leaves_others_alone(tmp_path):
+    assert set_aside(tmp_path) is None and not list(tmp_path.iterdir())
+    (tmp_path / "mine.yaml").write_text("grpo: {}\n")  # the user's, not the run's
+    for attempt in (1, 2):
+        (tmp_path / "metrics.jsonl").write_text(f'{{"step": {attempt}}}\n')
+        (tmp_path / "tb").mkdir()
+        (tmp_path / "tb" / "events").write_text(str(attempt))
+        (tmp_path / f"checkpoint-best-{attempt:06d}").mkdir()
+        (tmp_path / "checkpoint-best").symlink_to(f"checkpoint-best-{attempt:06d}")
+        assert set_aside(tmp_path) == tmp_path / f"old-{attempt}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml", "old-1", "old-2"]
+    assert (tmp_path / "old-2" / "metrics.jsonl").read_text() == '{"step": 2}\n'
+    assert (tmp_path / "old-1" / "tb" / "events").read_text() == "1"
+    assert (tmp_path / "old-1" / "checkpoint-best").resolve().name == "checkpoint-best-000001"
 
 
 def _inject_inf(monkeypatch, from_call: int) -> list[int]:

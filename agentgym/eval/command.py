@@ -9,14 +9,19 @@ from agentgym.eval.report import build_report, summarize, write_report
 from agentgym.records import Report
 
 
-def run_eval(config, *, n: int, k: int, baseline: str | None, output: Path) -> Report:
+def run_eval(config, *, k: int, baseline: str | None, output: Path) -> Report:
     """`agentgym eval`: plays the held-out tasks with the model (and the baseline), writes
-    the report under `output`, prints its table; returns the report."""
+    the report under `output`, prints its table; returns the report.
+
+    Each task is played once greedily and `config.eval.n` more times sampled (`--n`);
+    `k` is pass@k's and maj@k's.
+    """
     from agentgym.eval.console import Stages, print_report
     from agentgym.policy.hf import HFPolicy
     from agentgym.policy.models import load_configured, place, resolve_model_name
 
     ev, run = config.eval, config.run
+    n = ev.n
     ids = held_out_ids(run.env, run.env_kwargs, ev.tasks, split=ev.split)
     names = {"model": config.model.name, **({"baseline": baseline} if baseline else {})}
     results: dict[str, list[TaskResult]] = {}
