@@ -57,8 +57,8 @@ lint: $(STAMP)
 sandbox-engines:
 	bash sandboxes/docker_setup.sh
 
-# -rs: every skipped test is listed with its reason. Then tests/sabotage.sh plants bugs that
-# the suite must catch (a flipped advantage, a halved micro-batch, a lost schedule, a shifted mask).
+# -rs: every skipped test is listed with its reason. Then tests/sabotage.sh plants bugs, each of
+# which the test named with it must catch (docs/testing.md lists them).
 test: lint sandbox-engines test-vllm
 	$(BIN)/pytest -q -rs
 	PYTHON=$(BIN)/python bash tests/sabotage.sh
@@ -72,7 +72,7 @@ test-fast: $(STAMP)
 
 # Mutation testing of the math, the loss mask and the parsers (not part of `make test`; about
 # 30 minutes on 2 cores). Starts afresh: mutmut's cached stats and results can go stale.
-# MODULES: some of evaluate grpo tool_formats rollout learner (default all).
+# MODULES: some of evaluate grpo losses tool_formats rollout logprobs learner update tool_reward (default all).
 mutate: $(STAMP)
 	rm -rf mutants
 	$(BIN)/python bench/mutation_score.py $(MODULES)

@@ -180,8 +180,7 @@ class CheckpointState:
             "consecutive_skips": self.consecutive_skips,
             "rng": self.rng,
             "evals": self.evals,
-            "start_selection": self.start_selection,
-        }
+        } | ({} if self.start_selection is None else {"start_selection": self.start_selection})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CheckpointState:

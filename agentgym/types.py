@@ -115,6 +115,23 @@ class Trajectory:
     `Sampler` stamps it. `env` names the member of an env mix (`agentgym.env.mixture`)
     that played the episode; None outside a mix."""
 
+    def __post_init__(self) -> None:
+        # the learner pairs these position by position (`Batch.from_trajectories`): a
+        # length off by one would shift the mask or the logprobs onto the wrong tokens
+        lengths = {
+            "tokens": len(self.tokens),
+            "loss_mask": len(self.loss_mask),
+            "logprobs": len(self.logprobs),
+        }
+        if self.token_versions:
+            lengths["token_versions"] = len(self.token_versions)
+        if len(set(lengths.values())) != 1 or not 0 <= self.prompt_length <= len(self.tokens):
+            raise ValueError(
+                f"trajectory of task {self.task_id!r} (group {self.group}): per-token "
+                f"fields must have one length, and prompt_length at most it; got {lengths}, "
+                f"prompt_length {self.prompt_length}"
+            )
+
     @property
     def completion_length(self) -> int:
         """Number of tokens the policy sampled in this episode."""
@@ -144,6 +161,32 @@ class Batch:
     old_logprobs: torch.Tensor
     advantages: torch.Tensor
     is_weights: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        # every later stage (micro-batches, the loss) slices these by row and position
+        # alike: a mismatch would pair a token with another one's mask or logprob
+        if self.input_ids.dim() != 2:
+            raise ValueError(f"Batch: input_ids must be [N, L], got {tuple(self.input_ids.shape)}")
+        n, length = self.input_ids.shape
+        want: dict[str, tuple[int, ...]] = {
+            "attention_mask": (n, length),
+            "loss_mask": (n, length - 1),
+            "old_logprobs": (n, length - 1),
+            "advantages": (n,),
+        }
+        if self.is_weights is not None:
+            want["is_weights"] = (n, length - 1)
+        wrong = [
+            f"{name} is {tuple(getattr(self, name).shape)}, not {shape}"
+            for name, shape in want.items()
+            if tuple(getattr(self, name).shape) != shape
+        ]
+        if wrong:
+            raise ValueError(
+                f"Batch: input_ids are [N, L] = {(n, length)}, so attention_mask must be "
+                "[N, L], loss_mask, old_logprobs and is_weights [N, L-1], advantages [N]; "
+                + "; ".join(wrong)
+            )
 
     @property
     def size(self) -> int:

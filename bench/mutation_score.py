@@ -50,6 +50,8 @@ MODULES = {
     "rollout": "rollout.episodes",
     "logprobs": "learn.logprobs",
     "learner": "learn.learner",
+    "update": "run.update",
+    "tool_reward": "env.tool_env",
 }
 """The modules scored, in the order they run (fastest first): short name, module under agentgym."""
 
@@ -71,6 +73,14 @@ ONLY = {
         "x__decoder_and_head",
     ],
     "rollout": ["x__start", "x__advance", "x_continuation_ids", "x_collect", "x__finish"],
+    "tool_reward": [  # the tool environment's reward: the expected calls, matched and paid
+        "x__normalised",
+        "x_arguments_equal",
+        "xǁExpectedCallǁmatches",
+        "x_tool_reward",
+        "xǁToolEnvǁ_parts",
+        "xǁToolEnvǁ_pay",
+    ],
 }
 """Modules scored over some of their functions (mutmut's mangled names: x_f, xǁClassǁf)."""
 

@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# Sabotage that must be caught: plants one bug at a time in the code, runs the tests that
-# guard against it, and fails unless at least one of them fails. The tree is restored after
-# each (and on any exit), so a run leaves `git diff` as it found it.
+# Sabotage that must be caught, each plant by the test named to catch it: plants one bug at a
+# time in the code, runs that test alone, and counts the plant caught only when that test
+# fails (another failing test, an import error or a time-out does not count). Each planted run
+# has a time limit (pytest-timeout), so a planted hang fails in seconds, not never. The tree is
+# restored after each plant (and on any exit), so a run leaves `git diff` as it found it.
 #
-#   bash tests/sabotage.sh            # all of them (make test runs this)
+#   bash tests/sabotage.sh              # all of them (make test runs this)
+#   bash tests/sabotage.sh mask         # only the plants whose name holds "mask"
 #   PYTHON=.venv/bin/python bash tests/sabotage.sh
+#
+# Prints one line per plant, "caught by <test id>" or "NOT caught", and exits 1 when any
+# plant was not caught.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
+ONLY=${1:-}
+LIMIT_S=${SABOTAGE_TIMEOUT_S:-240}
 backup=$(mktemp -d)
 restore() { [ -n "${target:-}" ] && [ -f "$backup/file" ] && cp "$backup/file" "$target"; }
 trap 'restore; rm -rf "$backup"' EXIT
 trap 'exit 130' INT TERM
 missed=0
+planted=0
 
-# sabotage NAME FILE OLD NEW TEST...: replaces the one occurrence of OLD in FILE by NEW,
-# runs pytest on TEST... and expects a failing test (exit 1; an import error does not count).
+# sabotage NAME FILE OLD NEW TEST_ID: replaces the one occurrence of OLD in FILE by NEW, runs
+# the test TEST_ID (a parametrised test: all its cases) and expects it to fail.
 sabotage() {
-    local name=$1 file=$2 old=$3 new=$4
-    shift 4
+    local name=$1 file=$2 old=$3 new=$4 test_id=$5
+    [ -n "$ONLY" ] && [[ "$name" != *"$ONLY"* ]] && return 0
+    planted=$((planted + 1))
     target=$file
     cp "$file" "$backup/file"
     OLD=$old NEW=$new "$PYTHON" - "$file" <<'EOF' || { echo "sabotage: $name: the code to break is gone from $file; update tests/sabotage.sh"; exit 2; }
@@ -30,43 +40,126 @@ if text.count(old) != 1:
 open(path, "w").write(text.replace(old, new))
 EOF
     local started=$SECONDS rc
-    "$PYTHON" -m pytest -x -q -p no:cacheprovider "$@" >"$backup/log" 2>&1
+    "$PYTHON" -m pytest -q -p no:cacheprovider --timeout="$LIMIT_S" -o timeout_method=signal \
+        "$test_id" >"$backup/log" 2>&1
     rc=$?
     restore
     target=""
-    if [ "$rc" -eq 1 ]; then
-        echo "sabotage: $name: caught ($(grep -m1 '^FAILED' "$backup/log" | cut -c1-120); $((SECONDS - started)) s)"
+    if [ "$rc" -eq 1 ] && grep -qF "FAILED ${test_id}" "$backup/log" \
+        && ! grep -q "Timeout" "$backup/log"; then
+        echo "sabotage: $name: caught by $test_id ($((SECONDS - started)) s)"
     else
-        echo "sabotage: $name: NOT caught (pytest exit $rc)"
+        echo "sabotage: $name: NOT caught (by $test_id: pytest exit $rc)"
         tail -n 5 "$backup/log"
         missed=$((missed + 1))
     fi
 }
 
+# -- the learner and the advantages --------------------------------------------------------
+
 sabotage "the advantage's sign flipped inside the learner" agentgym/learn/learner.py \
     "            micro.advantages," "            -micro.advantages," \
-    tests/test_learner_gradient.py
+    tests/test_learner_gradient.py::test_the_applied_gradient_equals_the_plain_loss_gradient
 
 sabotage "one micro-batch's weight halved" agentgym/learn/learner.py \
     "            weight = self._weight(micro, batch)" \
     "            weight = self._weight(micro, batch) * (0.5 if micro.input_ids.shape[1] == batch.input_ids.shape[1] else 1.0)" \
-    tests/test_learner_gradient.py
+    tests/test_learner_gradient.py::test_the_applied_gradient_equals_the_plain_loss_gradient
+
+sabotage "advantages normalised over the batch instead of per group" agentgym/learn/grpo.py \
+    "    groups, valid = _grouped(rewards, group_size, scorable)" \
+    "    groups, valid = _grouped(rewards, rewards.numel(), scorable)" \
+    tests/test_pipeline.py::test_each_task_of_a_step_is_normalised_within_its_own_group
+
+sabotage "the clip range ignored" agentgym/learn/grpo.py \
+    "ratio.clamp(1.0 - epsilon, 1.0 + high) * adv" "ratio * adv" \
+    tests/test_grpo.py::test_ratio_above_clip_with_positive_advantage_has_zero_gradient
+
+sabotage "the KL operands swapped" agentgym/learn/grpo.py \
+    "    d = (ref_logprobs - logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)" \
+    "    d = (logprobs - ref_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)" \
+    tests/test_grpo.py::test_kl_k3_known_values
+
+sabotage "a reward part's weight changed (the tool part)" agentgym/env/tool_env.py \
+    '    {"correctness": 1.0, "tool": 0.5, "format": 0.1}' '    {"correctness": 1.0, "tool": 0.4, "format": 0.1}' \
+    tests/test_tool_call_env.py::test_a_wrong_final_answer_scores_less
+
+# -- resume ---------------------------------------------------------------------------------
 
 sabotage "the scheduler's state left out of the resume" agentgym/learn/learner.py \
     '        self.scheduler.load_state_dict(state["scheduler"])' '        pass' \
     tests/test_resume.py::test_n_steps_then_resume_for_m_more_is_bitwise_one_run_of_n_plus_m
 
+sabotage "a full fine-tune's resume losing its KL reference (the start model)" agentgym/run/resume.py \
+    "config, reference=model)" "config, reference=None)" \
+    tests/test_resume.py::test_n_steps_then_resume_for_m_more_is_bitwise_one_run_of_n_plus_m
+
+# -- the loss mask and the tokens --------------------------------------------------------
+
 sabotage "the loss mask shifted by one token (rollout)" agentgym/rollout/episodes.py \
     "        loss_mask=tuple(ep.loss_mask)," "        loss_mask=(0, *ep.loss_mask[:-1])," \
-    tests/test_rollout.py tests/test_tool_rollout.py
+    tests/test_rollout_mask_exact.py::test_the_mask_is_one_exactly_on_the_sampled_ids_and_their_logprobs_kept
 
 sabotage "the loss mask shifted by one token (batch)" agentgym/types.py \
     "torch.tensor(t.loss_mask[1:], dtype=torch.float32)" \
     "torch.tensor(t.loss_mask[:-1], dtype=torch.float32)" \
-    tests/test_rollout.py tests/test_learner.py
+    tests/test_rollout.py::test_batch_aligns_masks_and_logprobs_with_target_tokens
+
+sabotage "tool-result tokens given mask 1" agentgym/rollout/episodes.py \
+    "        ep.loss_mask.extend([0] * len(more))" "        ep.loss_mask.extend([1] * len(more))" \
+    tests/test_tool_rollout.py::test_mask_is_one_exactly_on_the_policys_tokens
+
+sabotage "tool text tokenized with special tokens parsed" agentgym/rollout/episodes.py \
+    "    return encode_rendered(tokenizer, Rendered(glue + after[len(before) :], forged))" \
+    "    return tokenizer.encode(glue + after[len(before) :], add_special_tokens=False)" \
+    "tests/test_special_tokens.py::test_a_tool_that_returns_turn_markers_cannot_forge_a_turn[tiny-random]"
+
+# -- the failure policy ---------------------------------------------------------------------
+
+sabotage "a run of failed steps not stopped" agentgym/run/failures.py \
+    "    if in_a_row < run.max_failed_steps:" "    if True:" \
+    tests/test_failure_policy.py::test_a_run_whose_env_always_raises_stops_with_a_checkpoint_and_the_error
+
+sabotage "a hung env.step waited for" agentgym/rollout/episodes.py \
+    '            lambda: ep.env.step(Completion(text, finish_reason)), timeout_s, "env.step"' \
+    '            lambda: ep.env.step(Completion(text, finish_reason)), None, "env.step"' \
+    tests/test_failure_policy.py::test_a_step_past_the_timeout_fails_its_episode_and_the_batch_goes_on
+
+# PLANTS-FAILURES
+
+# -- the sandbox and the boundaries ----------------------------------------------------------
+
+sabotage "the sandbox's privilege drop skipped" sandboxes/_bootstrap.py \
+    '        drop_privileges(cfg["uid"])' '        pass' \
+    tests/test_sandbox_claims.py::test_code_runs_under_a_uid_other_than_root
+
+sabotage "no_new_privs left unset" sandboxes/_bootstrap.py \
+    '    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS' '    pass' \
+    tests/test_sandbox_claims.py::test_no_new_privs_is_set
+
+sabotage "a system directory bound writable" sandboxes/local.py \
+    '                args += ["--ro-bind", path, path]' '                args += ["--bind", path, path]' \
+    tests/test_sandbox_claims.py::test_writing_into_a_system_path_fails_with_erofs
+
+sabotage "/dev/shm left unbounded" sandboxes/local.py \
+    '            args += ["--perms", "1777", "--size", size, "--tmpfs", path]' \
+    '            args += ["--perms", "1777", "--tmpfs", path]' \
+    tests/test_sandbox_claims.py::test_a_scratch_dir_takes_writes_up_to_its_cap_and_no_more
+
+sabotage "/dev/shm hidden again by --dev (the old order)" sandboxes/local.py \
+    '"--proc", "/proc", "--remount-ro", "/dev"' '"--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"' \
+    tests/test_sandbox_claims.py::test_a_scratch_dir_takes_writes_up_to_its_cap_and_no_more
+
+sabotage "the sandbox sharing the host's network" sandboxes/local.py \
+    '        args += ["--unshare-pid", "--unshare-net"]' '        args += ["--unshare-pid"]' \
+    tests/test_sandbox_claims.py::test_a_host_loopback_listener_is_reachable_from_outside_only
+
+sabotage "the weight-sync TCPStore listening on every interface" agentgym/scale/weight_sync.py \
+    '        listener.bind(address)' '        listener.bind(("0.0.0.0", 0))' \
+    tests/test_weight_sync.py::test_the_store_listens_on_the_address_it_is_given_only
 
 if [ "$missed" -gt 0 ]; then
-    echo "sabotage: $missed planted bug(s) passed the tests"
+    echo "sabotage: $missed of $planted planted bug(s) not caught by their tests"
     exit 1
 fi
-echo "sabotage: every planted bug was caught"
+echo "sabotage: every planted bug ($planted) was caught by its test"

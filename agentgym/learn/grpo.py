@@ -59,7 +59,7 @@ option (the config's `grpo` section names them as TRL does):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Literal, get_args
 
@@ -74,6 +74,7 @@ from agentgym.learn.losses import LossOutput, register_policy_loss
 from agentgym.learn.losses import PolicyLossFn as PolicyLossFn
 from agentgym.learn.losses import RegisteredLoss as RegisteredLoss
 from agentgym.learn.losses import get_policy_loss as get_policy_loss
+from agentgym.types import TrainingError
 
 Aggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
@@ -81,6 +82,43 @@ _MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: far beyond any clip, far from float32 ov
 
 
 Scale = Literal["group", "batch", "none"]
+
+
+def check_groups(task_ids: Sequence[str], groups: Sequence[int], group_size: int) -> None:
+    """Checks that a step's samples come as the contiguous groups `group_advantages` reads.
+
+    `group_advantages` takes every `group_size` consecutive rewards for one group
+    (`view(-1, G)`): samples reordered on the way from the sampler would be compared with
+    another task's, silently. So each block of G must share one task id and one group
+    index, and no two blocks one group index (two groups may draw the same task).
+
+    Args:
+        task_ids: [N] each sample's task id (`Trajectory.task_id`), in batch order.
+        groups: [N] each sample's group index within its step (`Trajectory.group`).
+        group_size: G, the samples per group.
+
+    Raises:
+        TrainingError: naming the first block that breaks this (its index, its samples,
+            the task ids and group indices in it), or when N is not a multiple of G.
+    """
+    n = len(task_ids)
+    if len(groups) != n or group_size < 1 or n % group_size != 0:
+        raise TrainingError(
+            f"{n} task ids and {len(groups)} group indices cannot be split into groups of "
+            f"{group_size}: the sampler must return G samples of each task"
+        )
+    seen: dict[int, int] = {}  # group index -> the block that had it
+    for block, start in enumerate(range(0, n, group_size)):
+        ids = list(dict.fromkeys(task_ids[start : start + group_size]))
+        indices = list(dict.fromkeys(groups[start : start + group_size]))
+        if len(ids) != 1 or len(indices) != 1 or indices[0] in seen:
+            again = f" (block {seen[indices[0]]} has it too)" if indices[0] in seen else ""
+            raise TrainingError(
+                f"block {block} (samples {start}-{start + group_size - 1}) is not one group: "
+                f"task ids {ids}, group indices {indices}{again}; each group's "
+                f"{group_size} samples must be contiguous"
+            )
+        seen[indices[0]] = block
 
 
 def group_advantages(
@@ -94,7 +132,8 @@ def group_advantages(
     """Group-relative advantage of each trajectory: (r - group mean) / (group std + eps).
 
     Args:
-        rewards: [N] rewards, the G samples of each prompt contiguous. NaN marks an
+        rewards: [N] rewards, the G samples of each prompt contiguous (which nothing
+            here can see: `check_groups` checks it on the samples). NaN marks an
             unscorable sample: its advantage is 0 and it is left out of the group's
             mean and std.
         group_size: G, the samples per prompt.
@@ -146,8 +185,7 @@ def zero_variance_fraction(
     `scorable` [N] is False are ignored, and a group with fewer than two scored rewards
     counts as zero-variance.
     """
-    groups, valid = _grouped(rewards, group_size, scorable)
-    return _all_equal(groups, valid).float().mean().item()
+    return _all_equal(*_grouped(rewards, group_size, scorable)).float().mean().item()
 
 
 def _grouped(

@@ -83,6 +83,9 @@ def train_step(
         rewards = rewards - g.length_penalty * torch.tensor(
             [float(t.completion_length) for t in trajectories]
         )
+    grpo.check_groups(
+        [t.task_id for t in trajectories], [t.group for t in trajectories], g.group_size
+    )
     advantages = grpo.group_advantages(
         rewards, g.group_size, scale=g.scale_rewards, scorable=scorable
     )
@@ -95,7 +98,6 @@ def train_step(
         synced[records.WEIGHT_SYNC_SECONDS] = time.perf_counter() - sync_start
     synced |= sampler.load_weights(lambda: learner.named_weights(), version + 1)
     seconds = time.perf_counter() - start
-    trained_tokens = sum(sum(t.loss_mask) for t in trajectories)
     metrics: dict[str, float | str] = {
         **rollout_metrics(trajectories),
         **failure_metrics(trajectories),
@@ -104,7 +106,7 @@ def train_step(
         records.ZERO_VARIANCE: grpo.zero_variance_fraction(rewards, g.group_size),
         records.STEP_SECONDS: seconds,
         records.ROLLOUT_SECONDS: rollout_seconds,
-        records.TOKENS_PER_SECOND: trained_tokens / seconds,
+        records.TOKENS_PER_SECOND: sum(sum(t.loss_mask) for t in trajectories) / seconds,
         **synced,
     }
     if g.length_penalty:
