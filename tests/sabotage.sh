@@ -125,7 +125,17 @@ sabotage "a hung env.step waited for" agentgym/rollout/episodes.py \
     '            lambda: ep.env.step(Completion(text, finish_reason)), None, "env.step"' \
     tests/test_failure_policy.py::test_a_step_past_the_timeout_fails_its_episode_and_the_batch_goes_on
 
-# PLANTS-FAILURES
+sabotage "preflight not making the env's sandbox" agentgym/run/preflight.py \
+    '        sandbox = getattr(agent, "sandbox", None)' '        sandbox = None' \
+    tests/test_preflight.py::test_train_without_a_way_to_isolate_code_stops_before_the_model_loads
+
+sabotage "a crashing MCP server restarted on every call" agentgym/tools/mcp.py \
+    "            self.failures += 1" "            self.failures += 0" \
+    tests/test_mcp_restarts.py::test_a_server_crashing_on_every_call_is_restarted_max_restarts_times_then_given_up
+
+sabotage "a Ray worker's call waited on without a timeout" agentgym/scale/ray_rollout.py \
+    "            return self._ray.get(ref, timeout=self.timeout_s)" "            return self._ray.get(ref)" \
+    tests/test_ray_rollout.py::test_a_restarted_worker_that_hangs_stops_the_run_naming_it
 
 # -- the sandbox and the boundaries ----------------------------------------------------------
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +61,23 @@ INVALID = {
         ["--env", "tool_call", "--set", "run.env_kwargs={families: [nope]}"],
         "run.env_kwargs",
     ),
+    "a tool whose module does not import": (
+        ["--env", "tasks", "--set", "run.env_kwargs={tools: ['no_such_module:lookup']}"],
+        "run.env_kwargs",
+    ),
+    "a tool its module does not have": (
+        ["--env", "tasks", "--set", "run.env_kwargs={tools: ['agentgym.tools:no_such_tool']}"],
+        "run.env_kwargs",
+    ),
+    "an MCP server that exits at once": (
+        [
+            "--env",
+            "tool_call",
+            "--set",
+            f"run.env_kwargs.mcp_servers={json.dumps([{'command': ['false']}])}",
+        ],
+        "run.env_kwargs.mcp_servers[0]",
+    ),  # fmt: skip
     "sft warm-up without demonstrations": (
         ["--env", DIGITS, "--set", "sft.warmup=true"],
         "sft.warmup",
@@ -206,3 +227,127 @@ def test_an_offline_hub_id_in_the_local_hub_cache_passes(tmp_path, monkeypatch):
     config.model.name = "acme/other"
     with pytest.raises(ConfigError, match="model.name: cannot load model 'acme/other'"):
         check(config, "eval")
+
+
+# -- what the environment needs of this machine: MCP servers, tools, a sandbox ---------------
+
+QUITS = {"command": [sys.executable, "-c", "raise SystemExit(1)"], "name": "quits"}
+
+
+def test_an_mcp_server_that_cannot_start_is_refused_naming_the_server_and_field(
+    tmp_path, capsys, loads
+):
+    servers = json.dumps([{"command": [sys.executable, "-c", "pass"]}, QUITS])
+    argv = [*TRAIN, "--env", "tool_call", "--output", str(tmp_path / "run"),
+            "--set", f"run.env_kwargs.mcp_servers={servers}"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    for i, name in enumerate([f"{Path(sys.executable).name} -c pass", "quits"]):
+        assert f"  run.env_kwargs.mcp_servers[{i}]: MCP server {name!r} could not be started" in err
+    assert "valid: a command that starts an MCP server" in err
+    assert "Traceback" not in err and loads == []
+
+
+def test_a_tool_that_cannot_be_imported_is_refused_naming_the_tool(tmp_path, capsys, loads):
+    argv = [*TRAIN, "--env", "tasks", "--output", str(tmp_path / "run"),
+            "--set", "run.env_kwargs={tools: ['no_such_module:lookup']}"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "  run.env_kwargs: cannot make 'tasks'" in err
+    assert "tools[0] 'no_such_module:lookup': cannot import 'no_such_module'" in err
+    assert "Traceback" not in err and loads == []
+
+
+def _no_isolation_path(tmp_path: Path) -> str:
+    """A PATH with python on it, but neither bubblewrap nor unshare (which root would use)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "python").symlink_to(sys.executable)
+    assert shutil.which("bwrap", path=str(folder)) is None
+    assert shutil.which("unshare", path=str(folder)) is None
+    return str(folder)
+
+
+def test_each_member_of_a_mix_is_checked_on_this_machine(tmp_path, monkeypatch, loads):
+    monkeypatch.setenv("PATH", _no_isolation_path(tmp_path))
+    envs = [{"env": "math"}, {"env": "code"},
+            {"env": "tool_call", "env_kwargs": {"mcp_servers": [QUITS]}}]  # fmt: skip
+    config = load_config(overrides={"model.name": "tiny-random", "run.envs": envs,
+                                    "run.output": str(tmp_path / "run")})  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        check(config, "train")
+    lines = str(refused.value).splitlines()[1:]
+    assert [line.split(": ")[0].strip() for line in lines] == [
+        "run.envs[1].env_kwargs.sandbox",
+        "run.envs[2].env_kwargs.mcp_servers[0]",
+    ]
+    assert "`bwrap` is not installed" in lines[0] and "MCP server 'quits'" in lines[1]
+    assert loads == []
+
+
+class _Broken:
+    """A sandbox that is made, but whose every run fails (e.g. an interpreter it cannot see)."""
+
+    def run(self, code, **limits):
+        from agentgym.sandboxes import ExecutionResult
+
+        return ExecutionResult("error", "", "python3: not found", 127, 0.01)
+
+    def close(self):
+        pass
+
+
+def test_a_sandbox_that_is_made_but_cannot_run_a_line_is_refused(tmp_path, monkeypatch, loads):
+    import agentgym.envs.code.env as code_env
+
+    monkeypatch.setattr(code_env, "make_sandbox", lambda kind, **options: _Broken())
+    config = load_config(overrides={"model.name": "tiny-random", "run.env": "code",
+                                    "run.output": str(tmp_path / "run")})  # fmt: skip
+    with pytest.raises(ConfigError, match=(
+        r"  run\.env_kwargs\.sandbox: the 'local' sandbox: the sandbox could not run "
+        r"`print\('ok'\)`: status 'error' \(python3: not found\); or sandbox: 'docker'"
+    )):  # fmt: skip
+        check(config, "train")
+    assert loads == []
+
+
+# `agentgym train` as a user runs it, with a stand-in for the model loader that leaves a mark.
+LAUNCH = """
+import os, sys
+import agentgym.policy.models as models
+
+def load(*args, **kwargs):
+    open(os.environ["MODEL_MARK"], "w").close()
+    raise SystemExit(99)
+
+models.load_model_and_tokenizer = load
+from agentgym.cli import run
+sys.argv[0] = "agentgym"
+run()
+"""
+
+
+def test_train_without_a_way_to_isolate_code_stops_before_the_model_loads(tmp_path):
+    mark, out = tmp_path / "model-loaded", tmp_path / "run"
+    environ = {**os.environ, "PATH": _no_isolation_path(tmp_path), "MODEL_MARK": str(mark)}
+    argv = ["train", "--env", "code", "--model", "tiny-random", "--steps", "1",
+            "--output", str(out)]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", LAUNCH, *argv], env=environ,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert not mark.exists() and not out.exists()
+    assert done.stderr.startswith("agentgym train: error: invalid config:\n")
+    assert "  run.env_kwargs.sandbox: the 'local' sandbox: no way to isolate code" in done.stderr
+    assert "`bwrap` is not installed" in done.stderr and "`unshare` is not installed" in done.stderr
+    assert "apt-get install -y bubblewrap" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_reset_that_raises_is_left_to_the_runs_failure_policy(tmp_path, caplog, loads):
+    config = load_config(overrides={
+        "model.name": "tiny-random", "run.env": "broken_envs:broken_envs/Broken-v0",
+        "run.env_kwargs": {"fails": "reset"}, "run.output": str(tmp_path / "run"),
+    })  # fmt: skip
+    check(config, "train")  # not refused: the run counts such episodes as unscorable
+    assert "raised OSError: the task store is unreachable" in caplog.text
+    assert loads == []

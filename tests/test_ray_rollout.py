@@ -7,7 +7,9 @@ environments, as a user's workers import theirs.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout.episodes import TaskSpec, collect
 from agentgym.run.interrupt import TrainingError
 from agentgym.run.preflight import require_ray
-from agentgym.scale import weight_sync
+from agentgym.scale import ray_rollout, weight_sync
 from agentgym.scale.ray_rollout import RayRollout, spread_groups
 from agentgym.scale.weight_sync import SyncGroup
 
@@ -156,6 +158,86 @@ def test_a_worker_dying_past_max_worker_restarts_stops_with_a_clear_error(ray_lo
     try:
         with pytest.raises(TrainingError, match=r"distributed\.max_worker_restarts=0"):
             rollout.collect(SPECS, config.grpo.group_size, PARAMS)
+    finally:
+        rollout.close()
+
+
+@contextlib.contextmanager
+def _within(ray, rollout: RayRollout, seconds: float):
+    """Fails the block if it runs longer than `seconds`. Past them the rollout's workers
+    are killed for good, which ends any wait on them: a wait without a limit then fails
+    the test instead of hanging it (a Ray wait does not see Python's signals)."""
+    fired = threading.Event()
+
+    def unstick() -> None:
+        fired.set()
+        for actor in rollout._actors:
+            ray.kill(actor, no_restart=True)
+
+    timer = threading.Timer(seconds, unstick)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        if fired.is_set():
+            raise AssertionError(f"still waiting for a worker after {seconds:g} s")
+
+
+def _stub_rollout(folder: Path, monkeypatch, timeout_s: float, weights=()) -> RayRollout:
+    """Two `StubWorker`s (no model: they start in seconds), each given one batch, then
+    waited for at most `timeout_s` a call: the config's limit is generous, so that a slow
+    start (or a first batch's imports) cannot trip it."""
+    from ray_stub_worker import StubWorker
+
+    monkeypatch.setattr(ray_rollout, "RolloutWorker", StubWorker)
+    config = _config("tool_call", **{"run.env_kwargs": {"stub_folder": str(folder)},
+                                     "distributed.worker_timeout_s": 120})  # fmt: skip
+    rollout = RayRollout(config, None, weights)
+    assert rollout.timeout_s == 120  # distributed.worker_timeout_s
+    assert rollout.collect(SPECS[:2], 2, PARAMS) == []  # one group each
+    rollout.timeout_s = timeout_s
+    return rollout
+
+
+WORKER_1 = r"rollout worker 1 \(actor [0-9a-f]{8,}\) did not answer "
+
+
+def test_a_worker_whose_batch_hangs_stops_the_run_naming_it_within_the_timeout(
+    ray_local, tmp_path, monkeypatch
+):
+    rollout = _stub_rollout(tmp_path, monkeypatch, timeout_s=2.0)
+    try:
+        (tmp_path / "hang-collect").touch()
+        begun = time.monotonic()
+        with (
+            _within(ray_local, rollout, 60),
+            pytest.raises(TrainingError, match=WORKER_1 + "its rollout batch within 2 s"),
+        ):
+            rollout.collect([TaskSpec(seed=1)], 2, PARAMS)  # one group: worker 1's
+        assert time.monotonic() - begun < 10
+    finally:
+        rollout.close()
+
+
+@pytest.mark.parametrize(
+    ("hangs", "call"),
+    [("hello", "a hello after a failure"), ("load_weights", "the weights sent after its restart")],
+)
+def test_a_restarted_worker_that_hangs_stops_the_run_naming_it(
+    ray_local, tmp_path, monkeypatch, hangs, call
+):
+    # 10 s: time for Ray to restart the worker (a new process, its imports) before the hang
+    rollout = _stub_rollout(tmp_path, monkeypatch, 10.0, [("w", torch.zeros(2))])
+    try:
+        (tmp_path / "crash-collect").touch()  # worker 1 dies; Ray restarts it
+        (tmp_path / f"hang-{hangs}").touch()  # and its restart hangs in `_revive`
+        with (
+            _within(ray_local, rollout, 60),
+            pytest.raises(TrainingError, match=f"{WORKER_1}{call} within 10 s"),
+        ):
+            rollout.collect([TaskSpec(seed=1)], 2, PARAMS)
+        assert not (tmp_path / "crash-collect").exists()  # it did die
     finally:
         rollout.close()
 

@@ -8,6 +8,13 @@ model (found, not loaded) and the output folder. All problems are reported
 together, one a line, so a run that would stop after minutes of model loading
 stops at once.
 
+The environment is also played up to its first observation, each member of a mix
+on its own (a mix's reset reaches only one): its MCP servers are started and list
+their tools, it is reset once, and where it has a sandbox (`Code-v0`'s, a
+`python` tool's) the sandbox is made and runs one line. Without this, a machine
+that cannot isolate code fails every code episode once training is under way, and
+an MCP server that cannot start fails at the first reset, after the model loaded.
+
 Only what cannot run as asked is refused: besides what would fail later, a
 decaying learning rate whose warm-up fills the whole run (the decay asked
 for would never happen). Allowed, because each is well defined:
@@ -27,19 +34,29 @@ world size); the run calls them before any model loads.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import gymnasium as gym
+
 from agentgym.config import Config, ConfigError
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
+from agentgym.env.mixture import EnvMix
 from agentgym.policy.chat_templates import read_chat_template
 from agentgym.policy.models import ModelNotFoundError, check_model_available
 from agentgym.run.curriculum import level_problem
+from agentgym.sandboxes import Sandbox, SandboxUnavailableError
 from agentgym.scale import dist
+from agentgym.tools.mcp import McpServer, McpStartError
 
+logger = logging.getLogger(__name__)
 Command = Literal["train", "sft", "eval"]
+PROBE_PROGRAM = "print('ok')"
+"""The one line a sandbox runs in preflight; it prints "ok" where the sandbox works."""
+PROBE_TIMEOUT_S = 30.0  # a first sandbox run on a loaded machine can take seconds
 
 
 @dataclass(frozen=True)
@@ -147,18 +164,22 @@ def _model_problems(models: dict[str, str | None]) -> list[Problem]:
 
 
 def _env_problems(config: Config, command: Command) -> list[Problem]:
-    """Makes the environment once; checks its held-out split and demonstrations."""
+    """Makes the environment once; checks it can play here, its held-out split and its
+    demonstrations."""
     run = config.run
     try:
         env = make_env(run.env, **run.env_kwargs)
     except (UnknownEnvError, ImportError) as err:
-        return [Problem("run.env", str(err))]
-    except (TypeError, ValueError) as err:
-        field = "run.env_kwargs" if run.env_kwargs else "run.env"
-        return [Problem(field, f"cannot make {run.env!r} with {run.env_kwargs}: {err}")]
+        return [Problem("run.envs" if run.envs else "run.env", str(err))]
+    except (TypeError, ValueError) as err:  # e.g. a tool that cannot be imported
+        field = "run.envs" if run.envs else "run.env_kwargs" if run.env_kwargs else "run.env"
+        given = run.envs or run.env_kwargs
+        return [Problem(field, f"cannot make {run.env!r} with {given}: {err}")]
     try:
         agent = cast(AgentEnv, env.unwrapped)  # make_env made an agent environment
+        members = "run.envs" if run.envs else "run.env_kwargs.envs"
         problems = [
+            *_readiness_problems(env, "run.env_kwargs", members),
             *_split_problems(config, command, agent),
             *_demonstration_problems(config, command, agent),
         ]
@@ -167,6 +188,86 @@ def _env_problems(config: Config, command: Command) -> list[Problem]:
         return problems + ([Problem("run.curriculum.levels", found)] if found else [])
     finally:
         env.close()
+
+
+def _readiness_problems(env: gym.Env, field: str, members: str) -> list[Problem]:
+    """Whether `env` can play here: its MCP servers start, it resets, its sandbox runs.
+
+    Args:
+        env: The environment, made and not yet reset.
+        field: Where its keyword arguments are set, e.g. "run.env_kwargs".
+        members: Where a mix's members are set, e.g. "run.envs" ("[i]" follows).
+    """
+    agent = env.unwrapped
+    if isinstance(agent, EnvMix):  # each member on its own: a reset plays only one
+        problems = []
+        for i, member in enumerate(agent.members):
+            where = f"{members}[{i}].env_kwargs"
+            problems += _readiness_problems(member.env, where, f"{where}.envs")
+        return problems
+    problems = _mcp_problems(agent, field)
+    if problems:
+        return problems  # the reset would start the same servers, and fail the same way
+    try:
+        env.reset(seed=0)
+        # Code-v0 makes its sandbox on first use, here; a `python` tool's was made by reset
+        sandbox = getattr(agent, "sandbox", None)
+        if isinstance(sandbox, Sandbox):
+            return _sandbox_problems(sandbox, agent, field)
+    except SandboxUnavailableError as err:
+        return [Problem(f"{field}.sandbox", _sandbox_fix(agent, str(err)))]
+    except McpStartError as err:  # a server another way than `mcp_servers`
+        return [Problem(field, str(err))]
+    except Exception as err:  # not the config's: said, and left to the run
+        # A reset that fails for a task (a store down for a moment) is the run's failure
+        # policy's to count, episode by episode (run.max_failed_fraction), not a refusal.
+        logger.warning(
+            "preflight: a reset of the environment set by %s raised %s: %s; the run goes on, "
+            "counting episodes whose reset fails as unscorable",
+            field,
+            type(err).__name__,
+            err,
+        )
+    return []
+
+
+def _mcp_problems(agent: gym.Env, field: str) -> list[Problem]:
+    """Starts each of the environment's MCP servers and lists its tools."""
+    problems = []
+    for i, server in enumerate(getattr(agent, "mcp_servers", None) or ()):
+        if not isinstance(server, McpServer):
+            continue
+        try:
+            server.tools()
+        except (McpStartError, ImportError, ValueError) as err:
+            fix = (
+                "valid: a command that starts an MCP server on stdio (run it by hand to see "
+                "why it stops), or the URL of a running streamable HTTP server"
+            )
+            problems.append(Problem(f"{field}.mcp_servers[{i}]", f"{err}; {fix}"))
+    return problems
+
+
+def _sandbox_problems(sandbox: Sandbox, agent: gym.Env, field: str) -> list[Problem]:
+    """Runs `PROBE_PROGRAM` in the sandbox; a problem unless it printed "ok"."""
+    memory_mb = getattr(agent, "memory_mb", 512)
+    try:
+        result = sandbox.run(PROBE_PROGRAM, timeout_s=PROBE_TIMEOUT_S, memory_mb=memory_mb)
+    except SandboxUnavailableError as err:  # an engine that fails only when a run starts
+        return [Problem(f"{field}.sandbox", _sandbox_fix(agent, str(err)))]
+    if result.ok and result.stdout.strip() == "ok":
+        return []
+    said = (result.stderr.strip() or result.stdout.strip())[-500:]
+    why = f"the sandbox could not run `{PROBE_PROGRAM}`: status {result.status!r}"
+    return [Problem(f"{field}.sandbox", _sandbox_fix(agent, f"{why} ({said})" if said else why))]
+
+
+def _sandbox_fix(agent: gym.Env, why: str) -> str:
+    """`why`, then which sandbox it was and the other kind to pick."""
+    kind = getattr(agent, "sandbox_kind", None)
+    other = {"local": "docker", "docker": "local"}.get(str(kind))
+    prefix = f"the {kind!r} sandbox: " if kind else ""
+    return prefix + why.rstrip(".") + (f"; or sandbox: {other!r}" if other else "")
 
 
 def _split_problems(config: Config, command: Command, agent: AgentEnv) -> list[Problem]:

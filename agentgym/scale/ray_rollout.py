@@ -41,6 +41,12 @@ that sync is done again through the object store (`sync_path` says so), and the
 next sync forms a new group. Restarts are counted; past
 `distributed.max_worker_restarts` of one worker the run stops with a
 `TrainingError`.
+
+No call to a worker is waited for longer than `distributed.worker_timeout_s`: its
+batch, a weight sync, its `hello` after a failure, the weights sent to a restarted
+one. A worker past it (a hung environment or tool, a stalled node) stops the run with
+a `TrainingError` naming the worker and its actor, rather than stalling it for ever;
+`close` then kills that worker without asking it to close.
 """
 
 from __future__ import annotations
@@ -113,6 +119,10 @@ class RayRollout:
         """The path of the last sync: 'object_store', 'collective (gloo|nccl)', or
         'object_store (collective failed)'."""
         self.collective_failures = 0
+        self.timeout_s = d.worker_timeout_s
+        """The most seconds one call to a worker is waited for (its first `hello`, which
+        waits for the actor to start and load its model, included)."""
+        self._stuck: set[int] = set()  # workers past the timeout: busy for ever, as far as we know
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
             ray.init(address=d.ray_address, include_dashboard=False, **_local_runtime(d))
@@ -132,7 +142,7 @@ class RayRollout:
         self._group: SyncGroup | None = None
         self._generation = 0
         try:
-            self._devices = self._call_all(lambda w: self._actors[w].hello.remote())
+            self._devices = self._call_all("its start", lambda w: self._actors[w].hello.remote())
             self.load_weights(weights)
         except BaseException:  # a worker that cannot start: end the others, and our Ray
             self.close()
@@ -155,7 +165,9 @@ class RayRollout:
 
     def worker_weights(self, w: int, names: Sequence[str]) -> dict[str, torch.Tensor]:
         """Worker `w`'s copies of the named parameters (transformers workers), for checks."""
-        return self._call_all(lambda v: self._actors[v].weights.remote(list(names)), [w])[w]
+        return self._call_all(
+            "a weights read", lambda v: self._actors[v].weights.remote(list(names)), [w]
+        )[w]
 
     def collect(
         self,
@@ -173,20 +185,20 @@ class RayRollout:
             mine = [specs[i] for i in busy[w]]
             return self._actors[w].collect.remote(mine, group_size, params, max_tokens)
 
-        played = self._call_all(play, busy)
+        played = self._call_all("its rollout batch", play, busy)
         return [replace(t, group=t.group + busy[w].start) for w in sorted(busy) for t in played[w]]
 
     def _sync_store(self) -> str:
         """Puts the weights into the object store once; every worker copies them in."""
         ref = self._weights_ref()
-        self._call_all(lambda w: self._actors[w].load_weights.remote(ref))
+        self._call_all("a weight sync", lambda w: self._actors[w].load_weights.remote(ref))
         return "object_store"
 
     def _sync_collective(self) -> str:
         """Broadcasts the weights in the group (formed first if there is none); on a
         failure, aborts the group and syncs through the object store instead."""
         # revives (and catches up) a worker restarted since its last call, before the group
-        self._devices = self._call_all(lambda w: self._actors[w].hello.remote())
+        self._devices = self._call_all("a hello", lambda w: self._actors[w].hello.remote())
         try:
             if self._group is None:
                 self._form_group()
@@ -280,19 +292,29 @@ class RayRollout:
         return self._weights
 
     def _call_all(
-        self, call: Callable[[int], Any], workers: Iterable[int] | None = None
+        self, what: str, call: Callable[[int], Any], workers: Iterable[int] | None = None
     ) -> dict[int, Any]:
         """Makes `call(w)` (an actor call's ObjectRef) for each worker, all by default, and
         gathers the values; a worker that died, or answers from a restarted process, is
         revived and its call made again."""
         ray = self._ray
-        pending = {call(w): w for w in (range(len(self._actors)) if workers is None else workers)}
+        pending: dict[Any, tuple[int, float]] = {}  # ref: (worker, when it is late)
+
+        def send(w: int) -> None:
+            pending[call(w)] = (w, time.monotonic() + self.timeout_s)
+
+        for w in range(len(self._actors)) if workers is None else workers:
+            send(w)
         results: dict[int, Any] = {}
         while pending:
-            [ref], _ = ray.wait(list(pending), num_returns=1)
-            w = pending.pop(ref)
+            wait_s = max(0.0, min(late for _, late in pending.values()) - time.monotonic())
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
+            if not ready:
+                now = time.monotonic()
+                raise self._stuck_error([w for w, late in pending.values() if late <= now], what)
+            w, _ = pending.pop(ready[0])
             try:
-                incarnation, value = ray.get(ref)
+                incarnation, value = self._get(ready[0], w, what)
             except ray.exceptions.RayActorError:
                 incarnation = None
             if incarnation is not None and incarnation == self._identities.setdefault(
@@ -301,8 +323,26 @@ class RayRollout:
                 results[w] = value
                 continue
             self._revive(w)
-            pending[call(w)] = w
+            send(w)
         return results
+
+    def _get(self, ref: Any, w: int, what: str) -> Any:
+        """Worker `w`'s answer to a call (`what`, for the error); TrainingError if it
+        takes past `timeout_s`."""
+        try:
+            return self._ray.get(ref, timeout=self.timeout_s)
+        except self._ray.exceptions.GetTimeoutError:
+            raise self._stuck_error([w], what) from None
+
+    def _stuck_error(self, workers: Sequence[int], what: str) -> TrainingError:
+        """The error that stops the run for `workers`, which did not answer `what` in time."""
+        self._stuck.update(workers)
+        named = ", ".join(f"{w} (actor {_actor_id(self._actors[w])})" for w in workers)
+        return TrainingError(
+            f"rollout worker {named} did not answer {what} within {self.timeout_s:g} s "
+            "(distributed.worker_timeout_s): an environment step or a tool that hangs, or "
+            "a stalled node; look in Ray's worker logs, or raise the limit for slow steps"
+        )
 
     def _revive(self, w: int) -> None:
         """After worker `w`'s call failed: waits until it answers; if it is a restarted
@@ -318,7 +358,8 @@ class RayRollout:
             if self._weights is None and not self._held:
                 return
             try:
-                self._ray.get(self._actors[w].load_weights.remote(self._weights_ref()))
+                ref = self._actors[w].load_weights.remote(self._weights_ref())
+                self._get(ref, w, "the weights sent after its restart")
                 return
             except self._ray.exceptions.RayActorError:
                 continue  # it died again before it had the weights
@@ -329,7 +370,7 @@ class RayRollout:
         since = time.monotonic()
         while True:
             try:
-                return ray.get(self._actors[w].hello.remote())[0]
+                return self._get(self._actors[w].hello.remote(), w, "a hello after a failure")[0]
             except ray.exceptions.ActorDiedError as err:  # Ray's max_restarts are spent
                 raise TrainingError(
                     f"rollout worker {w} died after {self._restarts[w]} restarts "
@@ -348,13 +389,20 @@ class RayRollout:
         group, and stops a Ray it started."""
         ray = self._ray
         self._drop_group()
-        for actor in self._actors:
+        for w, actor in enumerate(self._actors):
             # a dead or stuck worker has nothing left to close
             with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
-                ray.get(actor.close.remote(), timeout=30)
+                if w not in self._stuck:  # its close would wait behind the call it is stuck in
+                    ray.get(actor.close.remote(), timeout=min(30.0, self.timeout_s))
             ray.kill(actor)
         if self._started_ray:
             ray.shutdown()
+
+
+def _actor_id(actor: Any) -> str:
+    """The Ray actor id of a handle, as `ray list actors` and the worker logs show it."""
+    found = getattr(actor, "_actor_id", None)  # Ray has no public accessor on the handle
+    return found.hex() if found is not None else "unknown"
 
 
 def _local_runtime(d: DistributedConfig) -> dict[str, Any]:

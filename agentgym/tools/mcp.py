@@ -13,6 +13,13 @@ message; a call past its limit is a TIMEOUT and kills the server; a crashed serv
 broken connection is a TOOL_RAISED result. The next call starts the server again (over
 HTTP: connects again); starting has its own limit, `startup_timeout_s`.
 
+A server that keeps failing is not started again on every call: each crash, broken
+connection or failed start in a row (no call answered in between) is followed by a
+restart only after a backoff (`restart_delay`: 0.5 s, doubling), and after
+`max_restarts` of them (default 3) the server is given up: its calls answer a
+TOOL_RAISED result at once, for the rest of the server's life. A call past its limit
+does not count: the call's input may be what hung the server.
+
 A stdio server runs in a process group of its own, killed whole (SIGKILL) on a timeout
 and after the SDK's shutdown on `close()`, so its children do not outlive it. On POSIX
 the command is started through `/bin/sh`, which notes the group's id and `exec`s it.
@@ -24,27 +31,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentgym.tools.mcp_session import Connection, McpToolError, reason, result_text
 from agentgym.tools.schema import JsonArguments
 from agentgym.tools.toolbox import CallOutcome
 
 __all__ = ["McpServer", "McpStartError", "McpTool", "McpToolError", "mcp_server", "result_text"]
 
 STOP_TIMEOUT_S = 10.0  # the most close() waits for a session's shutdown
+RESTART_BACKOFF_S = 0.5  # the wait before the first restart in a row; it doubles each time
 _CONNECTION_CLOSED = -32000  # the JSON-RPC error code the SDK gives calls on a closed connection
 
 
@@ -56,6 +63,15 @@ def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def restart_delay(failures: int) -> float:
+    """Seconds to wait before starting a server again after `failures` (>= 1) in a row."""
+    return RESTART_BACKOFF_S * 2.0 ** (failures - 1)
+
+
 _SPEC: dict[str, tuple[str, Callable[[Any], bool]]] = {  # field: (what is valid, its check)
     "command": ("a non-empty list of strings", lambda v: _strings(v) and bool(v)),
     "url": ("an http:// or https:// URL", lambda v: str(v).startswith(("http://", "https://"))),
@@ -64,6 +80,7 @@ _SPEC: dict[str, tuple[str, Callable[[Any], bool]]] = {  # field: (what is valid
     "name": ("a string", lambda v: isinstance(v, str)),
     "timeout_s": ("a positive number", _positive),
     "startup_timeout_s": ("a positive number", _positive),
+    "max_restarts": ("a whole number >= 0", _count),
 }
 
 
@@ -79,10 +96,6 @@ def _check_spec(spec: Mapping[str, Any], where: str) -> None:
         raise ValueError(f"{where}: give one of 'command' (stdio) and 'url' (streamable HTTP)")
     if spec.get("url") is not None and (spec.get("env"), spec.get("cwd")) != (None, None):
         raise ValueError(f"{where}: 'env' and 'cwd' go with a 'command', not a 'url'")
-
-
-class McpToolError(RuntimeError):
-    """An MCP tool reported an error (`isError`); the message is the server's."""
 
 
 class McpStartError(RuntimeError):
@@ -126,6 +139,8 @@ class McpServer:
         name: Names the server in messages; the command's or the URL's by default.
         timeout_s: Time limit of each of its tools' calls; None for the ToolBox's default.
         startup_timeout_s: Time limit for starting (or connecting) and listing tools.
+        max_restarts: Restarts after failures in a row (crashes, broken connections,
+            failed starts) before the server is given up (see the module).
     """
 
     def __init__(
@@ -138,9 +153,11 @@ class McpServer:
         name: str | None = None,
         timeout_s: float | None = None,
         startup_timeout_s: float = 30.0,
+        max_restarts: int = 3,
     ):
         given = {"command": command, "url": url, "env": env, "cwd": cwd, "name": name}
         limits = {"timeout_s": timeout_s, "startup_timeout_s": startup_timeout_s}
+        limits |= {"max_restarts": max_restarts}
         _check_spec(given | limits, "McpServer")
         default_name = " ".join([Path(command[0]).name, *command[1:]]) if command else url
         self.name: str = name or str(default_name)
@@ -153,6 +170,7 @@ class McpServer:
             cwd=str(cwd) if cwd is not None else None,
             name=self.name,
             startup_timeout_s=startup_timeout_s,
+            max_restarts=max_restarts,
         )
         weakref.finalize(self, self._runtime.close)
 
@@ -191,32 +209,13 @@ class McpServer:
 
 def mcp_server(spec: Mapping[str, Any]) -> McpServer:
     """An `McpServer` from a config dict: `{"command": [...], "env": {...}, "cwd": "..."}` or
-    `{"url": "http://..."}`, each optionally with "name", "timeout_s", "startup_timeout_s";
+    `{"url": "http://..."}`, each optionally with "name", "timeout_s", "startup_timeout_s",
+    "max_restarts";
     ValueError naming the field for an unknown field or a value not valid."""
     if not isinstance(spec, Mapping):
         raise ValueError(f"an MCP server spec must be a mapping, got {type(spec).__name__}")
     _check_spec(spec, "MCP server spec")
     return McpServer(**spec)
-
-
-def result_text(result: Mapping[str, Any]) -> str:
-    """The text the model sees of a `CallToolResult` (as JSON, camelCase keys): its text
-    blocks, joined by newlines; without text, its structured content as JSON; other
-    blocks (images, audio) as placeholders like `[image/png image]`."""
-    texts, others = [], []
-    for block in result.get("content") or []:
-        kind = block.get("type")
-        text = block.get("text", block.get("resource", {}).get("text"))
-        if isinstance(text, str):
-            texts.append(text)
-        else:
-            mime = block.get("mimeType", block.get("resource", {}).get("mimeType", ""))
-            others.append(f"[{mime} {kind}]" if mime else f"[{kind}]")
-    if texts:
-        return "\n".join(texts)
-    if result.get("structuredContent") is not None:
-        return json.dumps(result["structuredContent"], ensure_ascii=False)
-    return "\n".join(others)
 
 
 @dataclass(eq=False)
@@ -229,43 +228,75 @@ class _Runtime:
     cwd: str | None
     name: str
     startup_timeout_s: float
+    max_restarts: int = 3
+    failures: int = 0  # crashes, broken connections and failed starts since a call answered
+    last_failure: str = ""
     lock: threading.RLock = field(default_factory=threading.RLock)
     loop: asyncio.AbstractEventLoop | None = None
     thread: threading.Thread | None = None
-    conn: _Connection | None = None
+    conn: Connection | None = None
     stopping: list[concurrent.futures.Future[None]] = field(default_factory=list)  # shutdowns
 
-    def connect(self) -> tuple[_Connection, asyncio.AbstractEventLoop]:
-        """The live connection, opened (the server started) if there is none."""
+    def connect(self) -> tuple[Connection, asyncio.AbstractEventLoop]:
+        """The live connection, opened (the server started) if there is none; after
+        failures in a row, only once their backoff has passed, and never past
+        `max_restarts` of them (McpStartError)."""
         with self.lock:
             if self.conn is not None and self.loop is not None:
                 return self.conn, self.loop
-            sdk = _sdk()
-            if self.loop is None:
-                self.loop = asyncio.new_event_loop()
-                self.thread = threading.Thread(
-                    target=self.loop.run_forever, name=f"agentgym-mcp-{self.name}", daemon=True
+            if self.failures > self.max_restarts:
+                raise McpStartError(
+                    f"MCP server {self.name!r} failed {self.failures} times in a row and is "
+                    f"not started again (max_restarts={self.max_restarts}); the last "
+                    f"failure: {self.last_failure}"
                 )
-                self.thread.start()
-            conn, transport = self._transport(sdk)
-            ready = asyncio.run_coroutine_threadsafe(conn.open(transport, sdk), self.loop)
+            if self.failures:
+                time.sleep(restart_delay(self.failures))
+            sdk = _sdk()
             try:
-                ready.result(self.startup_timeout_s)
-            except Exception as err:
-                why = f"could not be started or reached: {_reason(err)}"
-                if isinstance(err, TimeoutError) and not ready.done():
-                    why = f"did not start within {self.startup_timeout_s:g} s"
-                ready.cancel()
-                self._drop(conn, grace_s=0)
-                raise McpStartError(f"MCP server {self.name!r} {why}") from err
+                conn = self._open(sdk)
+            except McpStartError as err:
+                self._failed(str(err))
+                raise
+            assert self.loop is not None  # _open started it
             self.conn = conn
             return conn, self.loop
 
-    def _transport(self, sdk: Any) -> tuple[_Connection, Any]:
+    def _open(self, sdk: Any) -> Connection:
+        """Starts the loop's thread if need be, and the server; its initialized session."""
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            self.thread = threading.Thread(
+                target=self.loop.run_forever, name=f"agentgym-mcp-{self.name}", daemon=True
+            )
+            self.thread.start()
+        conn, transport = self._transport(sdk)
+        ready = asyncio.run_coroutine_threadsafe(conn.open(transport, sdk), self.loop)
+        try:
+            ready.result(self.startup_timeout_s)
+        except Exception as err:
+            why = f"could not be started or reached: {reason(err)}"
+            if isinstance(err, TimeoutError) and not ready.done():
+                why = f"did not start within {self.startup_timeout_s:g} s"
+            ready.cancel()
+            self._drop(conn, grace_s=0)
+            raise McpStartError(f"MCP server {self.name!r} {why}") from err
+        return conn
+
+    def _failed(self, why: str) -> str:
+        """Counts a failure in a row; what the next call does about it."""
+        with self.lock:
+            self.failures += 1
+            self.last_failure = why
+            if self.failures > self.max_restarts:
+                return f"it is not started again (max_restarts={self.max_restarts})"
+        return "the next call connects again" if self.url else "the next call starts it again"
+
+    def _transport(self, sdk: Any) -> tuple[Connection, Any]:
         if self.url is not None:
             from mcp.client.streamable_http import streamable_http_client
 
-            return _Connection(None), streamable_http_client(self.url)
+            return Connection(None), streamable_http_client(self.url)
         assert self.command is not None
         program = self.command[0]
         if os.sep not in program and not shutil.which(program, path=(self.env or {}).get("PATH")):
@@ -277,7 +308,7 @@ class _Runtime:
         params = sdk.StdioServerParameters(
             command=argv[0], args=argv[1:], env=self.env, cwd=self.cwd
         )
-        return _Connection(pidfile), sdk.stdio_client(params, errlog=sys.__stderr__ or sys.stderr)
+        return Connection(pidfile), sdk.stdio_client(params, errlog=sys.__stderr__ or sys.stderr)
 
     def call(self, tool: str, arguments: dict[str, Any], timeout_s: float | None) -> CallOutcome:
         try:
@@ -286,7 +317,7 @@ class _Runtime:
             return CallOutcome(raised=err)
         future = asyncio.run_coroutine_threadsafe(conn.call(tool, arguments), loop)
         try:
-            return CallOutcome(text=future.result(timeout_s))
+            text = future.result(timeout_s)
         except Exception as err:
             if isinstance(err, TimeoutError) and not future.done():
                 future.cancel()
@@ -294,11 +325,13 @@ class _Runtime:
                 return CallOutcome(timed_out=True)
             code = getattr(getattr(err, "error", None), "code", None)
             if isinstance(err, McpToolError) or (code is not None and code != _CONNECTION_CLOSED):
+                self.failures = 0
                 return CallOutcome(raised=err)  # the server answered: the session is fine
             self._drop(conn)
-            again = "connects again" if self.url else "starts it again"
-            why = f"the MCP server {self.name!r} stopped or the connection broke ({_reason(err)})"
-            return CallOutcome(raised=ConnectionError(f"{why}; the next call {again}"))
+            why = f"the MCP server {self.name!r} stopped or the connection broke ({reason(err)})"
+            return CallOutcome(raised=ConnectionError(f"{why}; {self._failed(why)}"))
+        self.failures = 0
+        return CallOutcome(text=text)
 
     def list_tools(self) -> list[dict[str, Any]]:
         conn, loop = self.connect()
@@ -308,10 +341,11 @@ class _Runtime:
         except Exception as err:
             future.cancel()
             self._drop(conn)
-            why = f"did not list its tools: {_reason(err)}"
-            raise McpStartError(f"MCP server {self.name!r} {why}") from err
+            why = f"MCP server {self.name!r} did not list its tools: {reason(err)}"
+            self._failed(why)
+            raise McpStartError(why) from err
 
-    def _drop(self, conn: _Connection, grace_s: float = STOP_TIMEOUT_S) -> None:
+    def _drop(self, conn: Connection, grace_s: float = STOP_TIMEOUT_S) -> None:
         """Kills the connection's server and shuts its session down in the background."""
         conn.kill()
         with self.lock:
@@ -358,91 +392,3 @@ def _sdk() -> Any:
     except ImportError as err:
         raise ImportError("MCP servers need the MCP SDK: pip install 'agentgym[mcp]'") from err
     return mcp
-
-
-def _reason(err: BaseException) -> str:
-    """`Type: message` of an error, of the first one inside an exception group."""
-    while isinstance(err, BaseExceptionGroup) and err.exceptions:
-        err = err.exceptions[0]
-    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-
-
-@dataclass(eq=False)
-class _Connection:
-    """One session with the server; its coroutines run on the server's event loop."""
-
-    pidfile: Path | None  # where /bin/sh writes the process group's id
-    pgid: int | None = None
-    session: Any = None
-    holder: asyncio.Task[None] | None = None  # the task that owns the transport and session
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def kill(self) -> None:
-        """Kills the stdio server's process group, all of it, at once (from any thread)."""
-        if self.pgid is None and self.pidfile is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self.pgid = int(self.pidfile.read_text())
-            shutil.rmtree(self.pidfile.parent, ignore_errors=True)
-        if self.pgid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pgid, signal.SIGKILL)
-
-    async def open(self, transport: Any, sdk: Any) -> None:
-        """Starts the task that holds the session; returns once the session is initialized."""
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.holder = asyncio.create_task(self.hold(transport, sdk, ready))
-        await ready
-
-    async def hold(self, transport: Any, sdk: Any, ready: asyncio.Future[None]) -> None:
-        """Opens the session, reports it ready, and keeps it until `stop` (or until it breaks)."""
-        try:
-            async with AsyncExitStack() as stack:
-                streams = await stack.enter_async_context(transport)
-                session = await stack.enter_async_context(sdk.ClientSession(*streams[:2]))
-                await session.initialize()
-                self.session = session
-                if not ready.done():
-                    ready.set_result(None)
-                await self.stop.wait()
-        except Exception as err:  # a crash or a broken connection: calls see `holder` end
-            if not ready.done():
-                ready.set_exception(err)
-        finally:
-            if not ready.done():  # cancelled while starting
-                ready.cancel()
-
-    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
-        """The text of one call's result; McpToolError if the tool reported an error."""
-        assert self.holder is not None
-        request = asyncio.ensure_future(self.session.call_tool(tool, arguments))
-        try:
-            await asyncio.wait({request, self.holder}, return_when=asyncio.FIRST_COMPLETED)
-            if not request.done():
-                raise ConnectionError("the session ended")
-            result = request.result().model_dump(mode="json", by_alias=True)
-        finally:
-            request.cancel()
-        text = result_text(result)
-        if result.get("isError"):
-            raise McpToolError(text or "the tool reported an error")
-        return text
-
-    async def list_tools(self, sdk: Any) -> list[dict[str, Any]]:
-        """Every tool the server lists, as JSON (camelCase keys), following pages."""
-        tools: list[dict[str, Any]] = []
-        params = None
-        for _ in range(100):  # a server that pages forever cannot hang us
-            page = await self.session.list_tools(params=params)
-            data = page.model_dump(mode="json", by_alias=True, exclude_none=True)
-            tools += data["tools"]
-            if not data.get("nextCursor"):
-                break
-            params = sdk.types.PaginatedRequestParams(cursor=data["nextCursor"])
-        return tools
-
-    async def close(self, grace_s: float) -> None:
-        """Ends the session by the SDK's shutdown, or by cancelling it after `grace_s`."""
-        self.stop.set()
-        if self.holder is not None and not (await asyncio.wait({self.holder}, timeout=grace_s))[0]:
-            self.holder.cancel()
-            await asyncio.wait({self.holder}, timeout=1.0)
