@@ -161,7 +161,8 @@ class ToolEnv(AgentEnv):
             streamable HTTP; see `agentgym.tools.mcp.mcp_server`). Each env starts
             its own server process at its first reset, lists the tools then, and
             closes it with the env; a server that crashes or hangs gives an error
-            observation and is restarted at the next call.
+            observation and is restarted at the next call, at most `max_restarts`
+            times in a row (with backoff), then its calls answer an error.
         max_turns: Turns after which the env ends the episode itself
             (`truncated`); None for no limit of its own. Under `gymnasium.make`
             the registered `max_episode_steps` (TimeLimit) ends it anyway, and
