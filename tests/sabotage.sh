@@ -40,13 +40,14 @@ if text.count(old) != 1:
 open(path, "w").write(text.replace(old, new))
 EOF
     local started=$SECONDS rc
-    "$PYTHON" -m pytest -q -p no:cacheprovider --timeout="$LIMIT_S" -o timeout_method=signal \
+    # -rf: the summary's FAILED lines name each failing test; a planted hang is "Failed: Timeout"
+    "$PYTHON" -m pytest -q -rf -p no:cacheprovider --timeout="$LIMIT_S" -o timeout_method=signal \
         "$test_id" >"$backup/log" 2>&1
     rc=$?
     restore
     target=""
     if [ "$rc" -eq 1 ] && grep -qF "FAILED ${test_id}" "$backup/log" \
-        && ! grep -q "Timeout" "$backup/log"; then
+        && ! grep -q "Failed: Timeout >" "$backup/log"; then
         echo "sabotage: $name: caught by $test_id ($((SECONDS - started)) s)"
     else
         echo "sabotage: $name: NOT caught (by $test_id: pytest exit $rc)"
