@@ -188,10 +188,15 @@ def _failed_start(
     Its task id is the spec's (`collect` gives it its group's, where a member started)."""
     task_id = spec.task_id if spec.task_id is not None else f"seed={spec.seed}"
     ep = _Episode(env, task_id, group, member, [], [], 0, ())
+    _fail(ep, err)
+    return ep
+
+
+def _fail(ep: _Episode, err: Exception) -> None:
+    """Ends `ep` as unscorable: its env's reset or step raised `err`, or hung."""
     ep.error = f"{type(err).__name__}: {err}"
     ep.hung = isinstance(err, EnvTimeoutError)
     ep.done = ep.truncated = True
-    return ep
 
 
 def _advance(
@@ -215,9 +220,7 @@ def _advance(
         )
     except Exception as err:  # a bug in the environment ends this episode, not the run
         ep.turns.append(Turn(text, (), 0.0, {}))
-        ep.error = f"{type(err).__name__}: {err}"
-        ep.hung = isinstance(err, EnvTimeoutError)
-        ep.done = ep.truncated = True
+        _fail(ep, err)
         return
     parts = {k: float(v) for k, v in info.get("reward_parts", {}).items()}
     ep.turns.append(Turn(text, tuple(Message.from_dict(m) for m in obs), float(reward), parts))
@@ -303,10 +306,11 @@ def _name_failed_starts(episodes: list[_Episode]) -> None:
 
 def _replace_hung(envs: Sequence[gym.Env], episodes: list[_Episode]) -> None:
     """Swaps each environment whose call timed out for a fresh one made from its spec."""
-    if not isinstance(envs, list):
+    hung = {id(ep.env) for ep in episodes if ep.hung}
+    if not hung or not isinstance(envs, list):
         return
     for i, env in enumerate(envs):
-        if env.spec is not None and any(ep.hung and ep.env is env for ep in episodes):
+        if id(env) in hung and env.spec is not None:
             envs[i] = gym.make(env.spec)
 
 
