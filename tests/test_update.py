@@ -13,7 +13,7 @@ import torch
 from agentgym.config import load_config
 from agentgym.learn.learner import Learner
 from agentgym.run import update
-from agentgym.types import Trajectory
+from agentgym.types import Batch, Trajectory
 
 
 def _trajectory(vocab: int, reward: float, seed: int, tokens: int = 12) -> Trajectory:
@@ -87,4 +87,5 @@ def test_only_a_vllm_sampler_s_batch_is_corrected_for_its_logprob_mismatch(
     stats = update.learner_steps(config, learner, trajs, torch.tensor([1.0, 0.0]),
                                  torch.tensor([1.0, -1.0]), tokenizer, None)  # fmt: skip
     assert len(corrected) == (backend == "vllm")
+    assert all(isinstance(b, Batch) and b.size == 2 for b in corrected)  # the step's batch
     assert ("tis" in stats) == (backend == "vllm")
