@@ -145,7 +145,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agentgym.run.preflight import check
     from agentgym.run.runlog import set_aside
     from agentgym.run.train import train
-    from agentgym.scale import dist
+    from agentgym.scale import ranks
 
     checkpoint = None
     if args.resume is not None:
@@ -155,7 +155,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     check(config, "train")  # every problem, before a model loads
     output = config.run.output
     assert output is not None  # config_from_args names one
-    if not dist.is_main():  # under torchrun, only rank 0 touches run.output
+    if not ranks.is_main():  # under torchrun, only rank 0 touches run.output
         pass
     elif args.resume == "auto" and checkpoint is None:
         # a run stopped before its first checkpoint starts afresh; what it wrote is kept
@@ -170,7 +170,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "--output, or go on from its last checkpoint with --resume auto"
         )
     run_dir = train(config, resume=checkpoint)
-    if dist.is_main():
+    if ranks.is_main():
         print(f"run written to {run_dir}")
     return 0
 

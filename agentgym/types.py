@@ -144,13 +144,34 @@ class Trajectory:
 
 
 @dataclass(frozen=True)
+class TaskSpec:
+    """Which task a group plays: a reset seed, or a task id, and the split; and the
+    difficulty level it is drawn at (a curriculum's), None for the env's own."""
+
+    seed: int | None = None
+    task_id: str | None = None
+    split: str = "train"
+    difficulty: int | None = None
+
+    def reset_kwargs(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"split": self.split}
+        if self.task_id is not None:
+            options["task_id"] = self.task_id
+        if self.difficulty is not None:
+            options["difficulty"] = self.difficulty
+        return {"seed": self.seed, "options": options}
+
+
+@dataclass(frozen=True)
 class Batch:
     """Right-padded tensors for one learner step.
 
     Shapes: `input_ids`, `attention_mask` are [N, L]. `loss_mask` and
     `old_logprobs` are [N, L-1] and aligned with the *targets*: position t
     describes token `input_ids[:, t+1]`, which the logits at t predict.
-    `advantages` is [N], one scalar per trajectory. `is_weights` [N, L-1],
+    `advantages` is [N, L-1] too, one per target token (an advantage estimator's,
+    `agentgym.learn.advantages`); given as [N], one per row, it is broadcast over the
+    row's tokens. `is_weights` [N, L-1],
     when set, are the truncated importance weights between the learner's old
     logprobs and the sampler's (a vLLM sampler; `Learner.correct_mismatch`).
     """
@@ -168,11 +189,14 @@ class Batch:
         if self.input_ids.dim() != 2:
             raise ValueError(f"Batch: input_ids must be [N, L], got {tuple(self.input_ids.shape)}")
         n, length = self.input_ids.shape
+        if self.advantages.dim() == 1 and self.advantages.shape[0] == n:
+            per_token = self.advantages[:, None].expand(n, length - 1)
+            object.__setattr__(self, "advantages", per_token)
         want: dict[str, tuple[int, ...]] = {
             "attention_mask": (n, length),
             "loss_mask": (n, length - 1),
             "old_logprobs": (n, length - 1),
-            "advantages": (n,),
+            "advantages": (n, length - 1),
         }
         if self.is_weights is not None:
             want["is_weights"] = (n, length - 1)
@@ -184,7 +208,7 @@ class Batch:
         if wrong:
             raise ValueError(
                 f"Batch: input_ids are [N, L] = {(n, length)}, so attention_mask must be "
-                "[N, L], loss_mask, old_logprobs and is_weights [N, L-1], advantages [N]; "
+                "[N, L], loss_mask, old_logprobs, advantages and is_weights [N, L-1]; "
                 + "; ".join(wrong)
             )
 
@@ -196,10 +220,14 @@ class Batch:
     def from_trajectories(
         cls, trajectories: Sequence[Trajectory], advantages: torch.Tensor, pad_id: int
     ) -> Batch:
-        """Pads trajectories to one length; advantages[i] belongs to trajectories[i]."""
+        """Pads trajectories to one length; advantages[i] belongs to trajectories[i]: [N]
+        (one per row), or [N, T] per target token with T at least the longest row's
+        length - 1 (`targets`' width over a larger set of rows; the rest is cut off)."""
         if len(trajectories) != len(advantages):
             raise ValueError(f"{len(trajectories)} trajectories but {len(advantages)} advantages")
         length = max(len(t.tokens) for t in trajectories)
+        if advantages.dim() == 2:
+            advantages = advantages[:, : length - 1]
         n = len(trajectories)
         input_ids = torch.full((n, length), pad_id, dtype=torch.long)
         attention = torch.zeros((n, length), dtype=torch.long)
@@ -264,9 +292,61 @@ class Batch:
             attention_mask=self.attention_mask[rows, :length],
             loss_mask=self.loss_mask[rows, : length - 1],
             old_logprobs=self.old_logprobs[rows, : length - 1],
-            advantages=self.advantages[rows],
+            advantages=self.advantages[rows, : length - 1],
             is_weights=None if self.is_weights is None else self.is_weights[rows, : length - 1],
         )
+
+
+def sampled_targets(trajectories: Sequence[Trajectory]) -> torch.Tensor:
+    """[N, T] float: 1 where row i's target token t + 1 was sampled by the policy, aligned
+    as `Batch` aligns its loss mask (position t predicts token t + 1), with T the longest
+    trajectory's length - 1 (0 for a trajectory without tokens)."""
+    width = max([len(t.tokens) - 1 for t in trajectories] + [0])
+    mask = torch.zeros((len(trajectories), width), dtype=torch.float32)
+    for i, t in enumerate(trajectories):
+        if len(t.tokens) > 1:
+            mask[i, : len(t.tokens) - 1] = torch.tensor(t.loss_mask[1:], dtype=torch.float32)
+    return mask
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One training step as it passes through the stages: `collect` (the sampler) fills
+    the trajectories, `score` (`agentgym.rewards.score`) the rewards, `advantages`
+    (`agentgym.learn.advantages`) the per-token advantages, `update`
+    (`agentgym.learn.update`) the learner's figures, and the loop the sync's and its
+    own timings. Each stage returns a copy with its fields filled (`dataclasses.replace`).
+    """
+
+    step: int
+    """The step's number (1 for the first GRPO step)."""
+    version: int
+    """The policy version that sampled it: the learner updates made before it."""
+    specs: tuple[TaskSpec, ...]
+    trajectories: tuple[Trajectory, ...] = ()
+    """G per spec, each group contiguous, in the order submitted."""
+    rewards: torch.Tensor | None = None
+    """[N] the rewards the advantages are computed from: the environment's plus the user
+    reward functions', less the length penalty; NaN where the episode is unscorable."""
+    scorable: torch.Tensor | None = None
+    """[N] bool: the episode's reward is a verified outcome (`Trajectory.scorable`)."""
+    advantages: torch.Tensor | None = None
+    """[N, T] per target token, aligned as `sampled_targets` is; 0 off the sampled tokens."""
+    flat_groups: torch.Tensor | None = None
+    """[N / G] bool: the group's scored rewards are all equal (no learning signal)."""
+    stats: Mapping[str, float] = field(default_factory=dict)
+    """The update's figures (loss, KL, clip fraction, ...), means over its iterations."""
+    timings: Mapping[str, float | str] = field(default_factory=dict)
+    """Seconds each stage took, and the weight sync's figures, by metric name."""
+
+    def require(self, *names: str) -> None:
+        """ValueError unless the fields `names` were filled by the stages before."""
+        missing = [n for n in names if getattr(self, n) is None]
+        if missing:
+            raise ValueError(
+                f"step {self.step}: {', '.join(missing)} not set yet; the stages run in "
+                "order collect, score, advantages, update"
+            )
 
 
 class TrainingError(RuntimeError):

@@ -50,7 +50,7 @@ MODULES = {
     "rollout": "rollout.episodes",
     "logprobs": "learn.logprobs",
     "learner": "learn.learner",
-    "update": "run.update",
+    "update": "learn.update",
     "tool_reward": "env.tool_env",
 }
 """The modules scored, in the order they run (fastest first): short name, module under agentgym."""

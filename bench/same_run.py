@@ -9,6 +9,9 @@ same. `--compare A.json B.json` says which entries differ.
 - `tiny`: tiny-random, 3 GRPO steps on `cli_envs/Digits-v0` (rewards vary within groups,
   so the weights move), LoRA, a cosine schedule and a beta schedule; plus an SFT warm-up
   and held-out evaluations on `cli_envs/TaughtDigits-v0` in a second run.
+- `matrix`: tiny-random on `cli_envs/Digits-v0` in four configurations: LoRA and full
+  fine-tuning, each once with a user reward function (`reward_fns_fixture:digit_share`)
+  and one task per step, once with a length penalty and two tasks per step.
 - `default`: the default run (`configs/tool_call.yaml`, the embedded model) cut to its
   first 3 GRPO steps.
 """
@@ -40,8 +43,30 @@ TINY_SFT_EVAL = [
     "--set", "sft.batch_size=2", "--set", "eval.every=2", "--set", "eval.tasks=2",
     "--set", "eval.report_tasks=2", "--set", "eval.n=2",
 ]  # fmt: skip
+BASE = [
+    "--env", "cli_envs:cli_envs/Digits-v0", "--model", "tiny-random", "--set", "optim.lr=5e-3",
+    "--set", "grpo.beta=0.04", "--set", "grpo.group_size=4", "--set", "sampling.max_new_tokens=12",
+    "--set", "run.tensorboard=false", "--set", "run.save_every=2", "--set", "run.steps=3",
+]  # fmt: skip
+LORA = ["--set", "lora.enabled=true", "--set", "lora.r=4"]
+FULL = ["--set", "lora.enabled=false"]
+REWARD_ONE = [
+    "--set", "rewards.functions=[{fn: 'reward_fns_fixture:digit_share', weight: 0.5}]",
+    "--set", "grpo.tasks_per_step=1",
+]  # fmt: skip
+PENALTY_TWO = ["--set", "grpo.length_penalty=0.01", "--set", "grpo.tasks_per_step=2"]
+MATRIX = {
+    "lora_reward_one": [*BASE, *LORA, *REWARD_ONE],
+    "lora_penalty_two": [*BASE, *LORA, *PENALTY_TWO],
+    "full_reward_one": [*BASE, *FULL, *REWARD_ONE],
+    "full_penalty_two": [*BASE, *FULL, *PENALTY_TWO],
+}
 DEFAULT = ["--env", "tool_call", "--config", "configs/tool_call.yaml", "--set", "run.steps=3"]
-RUNS = {"tiny": {"grpo": TINY, "sft_eval": TINY_SFT_EVAL}, "default": {"default": DEFAULT}}
+RUNS = {
+    "tiny": {"grpo": TINY, "sft_eval": TINY_SFT_EVAL},
+    "matrix": MATRIX,
+    "default": {"default": DEFAULT},
+}
 
 
 def _sha(data: bytes) -> str:

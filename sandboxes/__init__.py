@@ -1,6 +1,6 @@
 """Sandboxes that run model-written code: the contract in `base`, `local` and `docker`."""
 
-from agentgym.sandboxes.base import (
+from agentgym.sandboxes.contract import (
     ExecutionResult,
     Sandbox,
     SandboxUnavailableError,

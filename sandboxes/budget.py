@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agentgym.sandboxes import cgroups
-from agentgym.sandboxes.base import BudgetMode, SandboxUnavailableError
+from agentgym.sandboxes.contract import BudgetMode, SandboxUnavailableError
 
 Budget = Literal["auto", "cgroup", "rlimit", "per_process"]
 FALLBACK_FLOOR_MB = 128

@@ -1,6 +1,6 @@
 """A sandbox that runs each piece of code in a fresh, locked-down Docker container.
 
-The threat model is the one in `agentgym.sandboxes.base`; this module says
+The threat model is the one in `agentgym.sandboxes.contract`; this module says
 where a container does better or worse than the local sandbox.
 
 Stronger than "local":
@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentgym.sandboxes._io import TRUNCATED
-from agentgym.sandboxes.base import ExecutionResult, SandboxUnavailableError, Status
+from agentgym.sandboxes.contract import ExecutionResult, SandboxUnavailableError, Status
 
 IMAGE = "agentgym-sandbox:py311"
 """The image tag `sandboxes/docker_setup.sh` builds; keep the two in step."""

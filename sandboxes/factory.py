@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym.sandboxes.base import SANDBOX_KINDS, Sandbox, SandboxKind
+from agentgym.sandboxes.contract import SANDBOX_KINDS, Sandbox, SandboxKind
 
 
 def make_sandbox(kind: SandboxKind = "local", **kwargs: Any) -> Sandbox:

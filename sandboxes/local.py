@@ -1,6 +1,6 @@
 """The default sandbox: a fresh, namespaced, rlimited Python process per run.
 
-See `agentgym.sandboxes.base` for the threat model. Three isolation modes:
+See `agentgym.sandboxes.contract` for the threat model. Three isolation modes:
 
 - "bwrap": bubblewrap builds a private root (read-only /usr, /etc and the
   Python prefix; a new /proc; a minimal read-only /dev; capped tmpfs work
@@ -51,13 +51,13 @@ from typing import Literal
 
 from agentgym.sandboxes import cgroups
 from agentgym.sandboxes._io import communicate
-from agentgym.sandboxes.base import BudgetMode, ExecutionResult, SandboxUnavailableError
 from agentgym.sandboxes.budget import (
     Budget,
     BudgetPlan,
     plan_budget,
     process_limits,
 )
+from agentgym.sandboxes.contract import BudgetMode, ExecutionResult, SandboxUnavailableError
 from agentgym.sandboxes.outcome import TreeReport, classify
 
 Isolation = Literal["auto", "bwrap", "unshare", "none"]

@@ -6,7 +6,7 @@ import signal
 from dataclasses import dataclass
 from typing import Literal
 
-from agentgym.sandboxes.base import ExecutionResult, Status
+from agentgym.sandboxes.contract import ExecutionResult, Status
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 from agentgym.config import load_config  # noqa: E402
 from agentgym.learn.learner import Learner  # noqa: E402
 from agentgym.policy.models import load_model_and_tokenizer  # noqa: E402
-from agentgym.scale import dist  # noqa: E402
+from agentgym.scale import ranks  # noqa: E402
 from agentgym.types import Batch  # noqa: E402
 
 ROWS = 7
@@ -60,10 +60,10 @@ def run(overrides: dict, follow: str | None = None) -> dict:
     base = {"optim.lr": 1e-5, "optim.adam_epsilon": 1e-6, "grpo.beta": 0.04}
     config = load_config(overrides={**base, **overrides})
     model, tokenizer = load_model_and_tokenizer("tiny-random")
-    # bench/gpu_check.sh runs the cases on a GPU: each rank's (`dist.device`), or the one named
+    # bench/gpu_check.sh runs the cases on a GPU: each rank's (`ranks.device`), or the one named
     on = os.environ.get("AGENTGYM_CHECK_DEVICE")
     if on is not None:
-        model = model.to(dist.device() if dist.active() else torch.device(on))
+        model = model.to(ranks.device() if ranks.active() else torch.device(on))
     batch = fixed_batch(len(tokenizer))
 
     def make() -> Learner:
@@ -81,25 +81,25 @@ def run(overrides: dict, follow: str | None = None) -> dict:
 
 
 def _followed(make, batch: Batch, how: str) -> dict:
-    """Rank 0 leads as `train` does: builds its learner (`dist.build_learner`) and shares
-    two steps (`dist.share_step`), or with `how` "release" releases the others at once;
-    the other ranks run `dist.follow`."""
+    """Rank 0 leads as `train` does: builds its learner (`ranks.build_learner`) and shares
+    two steps (`ranks.share_step`), or with `how` "release" releases the others at once;
+    the other ranks run `ranks.follow`."""
     built: list[Learner] = []
 
     def build() -> Learner:
         built.append(make())
         return built[-1]
 
-    if not dist.is_main():
-        steps = dist.follow(build)
+    if not ranks.is_main():
+        steps = ranks.follow(build)
         weights = _weights(built[0]) if built else {}
         return {"metrics": [], "steps": steps, "built": len(built), "weights": weights}
     if how == "release":
-        dist.release_followers()
+        ranks.release_followers()
         return {"metrics": [], "steps": 0, "built": 0, "weights": {}}
-    learner = dist.build_learner(build)
-    metrics = [dist.share_step(learner, batch) for _ in range(2)]
-    dist.release_followers()
+    learner = ranks.build_learner(build)
+    metrics = [ranks.share_step(learner, batch) for _ in range(2)]
+    ranks.release_followers()
     return {"metrics": metrics, "steps": 2, "built": len(built), "weights": _weights(learner)}
 
 
@@ -122,14 +122,14 @@ def main(argv: list[str]) -> None:
     """Runs each case of the JSON list argv[0] ({"overrides": {...}, "follow": None});
     writes argv[1]/case{i}-rank{r}.pt."""
     cases, out = json.loads(argv[0]), Path(argv[1])
-    dist.init()
+    ranks.init()
     try:
         for i, case in enumerate(cases):
             result = run(case["overrides"], case.get("follow"))
-            torch.save({**result, "world_size": dist.world_size()},
-                       out / f"case{i}-rank{dist.rank()}.pt")  # fmt: skip
+            torch.save({**result, "world_size": ranks.world_size()},
+                       out / f"case{i}-rank{ranks.rank()}.pt")  # fmt: skip
     finally:
-        dist.shutdown()
+        ranks.shutdown()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Run under torchrun by test_dist_exit.py: joins the group, takes one FSDP step (or a
-plain all-reduce), leaves the group, and writes whether it outlived `dist.shutdown`."""
+plain all-reduce), leaves the group, and writes whether it outlived `ranks.shutdown`."""
 
 import sys
 from pathlib import Path
@@ -8,10 +8,10 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from agentgym.scale import dist
+from agentgym.scale import ranks
 
 mode, out = sys.argv[1], Path(sys.argv[2])
-assert dist.init()
+assert ranks.init()
 if mode == "fsdp":
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
     fully_shard(model, mesh=init_device_mesh("cpu", (2,)))
@@ -20,5 +20,5 @@ if mode == "fsdp":
 else:
     total = torch.ones(1)
     torch.distributed.all_reduce(total)
-dist.shutdown()
-(out / f"rank{dist.rank()}.txt").write_text(str(dist.group_outlived_shutdown()))
+ranks.shutdown()
+(out / f"rank{ranks.rank()}.txt").write_text(str(ranks.group_outlived_shutdown()))

@@ -47,3 +47,9 @@ def starts_a_sleeper(**kwargs):
 
 def takes_no_kwargs(completion):
     return 1.0
+
+
+def digit_share(completion, **kwargs):
+    """The share of the completion's characters that are digits (varies within a group,
+    so a run with it trains on different advantages; `bench/same_run.py matrix` uses it)."""
+    return sum(c.isdigit() for c in completion) / max(len(completion), 1)

@@ -72,6 +72,20 @@ sabotage "advantages normalised over the batch instead of per group" agentgym/le
     "    groups, valid = _grouped(rewards, rewards.numel(), scorable)" \
     tests/test_pipeline.py::test_each_task_of_a_step_is_normalised_within_its_own_group
 
+sabotage "the configured advantage estimator ignored for GRPO's" agentgym/learn/advantages.py \
+    "    values = get_advantage(g.advantage)(record, g)" \
+    '    values = get_advantage("group")(record, g)' \
+    tests/test_advantages.py::test_a_registered_estimator_gets_the_record_and_shapes_every_token_by_hand
+
+sabotage "per-token advantages cut from the wrong end for a shorter batch" agentgym/types.py \
+    "            advantages = advantages[:, : length - 1]" \
+    "            advantages = advantages[:, advantages.shape[1] - (length - 1) :]" \
+    tests/test_advantages.py::test_the_batch_keeps_each_row_s_per_token_advantages_through_dropped_rows_and_micro_batches
+
+sabotage "a sampler with its own copy of the weights never refreshed" agentgym/rollout/sampler.py \
+    "        if not self.copies_weights:" "        if True:" \
+    tests/test_sampler.py::test_a_policy_with_its_own_copy_gets_the_weights_and_one_on_the_learner_s_model_not
+
 sabotage "the clip range ignored" agentgym/learn/grpo.py \
     "ratio.clamp(1.0 - epsilon, 1.0 + high) * adv" "ratio * adv" \
     tests/test_grpo.py::test_ratio_above_clip_with_positive_advantage_has_zero_gradient
@@ -165,7 +179,7 @@ sabotage "the sandbox sharing the host's network" sandboxes/local.py \
     '        args += ["--unshare-pid", "--unshare-net"]' '        args += ["--unshare-pid"]' \
     tests/test_sandbox_claims.py::test_a_host_loopback_listener_is_reachable_from_outside_only
 
-sabotage "the weight-sync TCPStore listening on every interface" agentgym/scale/weight_sync.py \
+sabotage "the weight-sync TCPStore listening on every interface" agentgym/sync/collective.py \
     '        listener.bind(address)' '        listener.bind(("0.0.0.0", 0))' \
     tests/test_weight_sync.py::test_the_store_listens_on_the_address_it_is_given_only
 

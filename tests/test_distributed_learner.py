@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgym.scale import dist
+from agentgym.scale import ranks
 
 HERE = Path(__file__).parent
 WORLD = 2
@@ -41,8 +41,8 @@ and by tokens (dapo), micro-batches that the ranks share unevenly (7 rows), and 
 gradient-norm clipping that bites (max_grad_norm below the norm)."""
 
 FOLLOW = "ddp-full-grpo"
-"""Also run as in training: rank 0 sharing its batches (`dist.share_step`), rank 1 in
-`dist.follow`; and with rank 0 releasing rank 1 before it built a learner."""
+"""Also run as in training: rank 0 sharing its batches (`ranks.share_step`), rank 1 in
+`ranks.follow`; and with rank 0 releasing rank 1 before it built a learner."""
 
 
 def _free_port() -> int:
@@ -147,26 +147,26 @@ def test_a_follower_released_before_rank_0_builds_a_learner_builds_none(two_rank
 def test_in_one_process_the_collectives_are_the_identity(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.delenv("RANK", raising=False)
-    assert not dist.active() and dist.world_size() == 1 and dist.rank() == 0 and dist.is_main()
-    assert dist.init() is False  # no WORLD_SIZE: nothing to join
-    dist.barrier()
-    dist.shutdown()
+    assert not ranks.active() and ranks.world_size() == 1 and ranks.rank() == 0 and ranks.is_main()
+    assert ranks.init() is False  # no WORLD_SIZE: nothing to join
+    ranks.barrier()
+    ranks.shutdown()
     payload = {"batch": [1, 2]}
-    assert dist.broadcast_object(payload) is payload
-    assert dist.shard([3, 1, 2]) == [3, 1, 2]
-    assert dist.all_reduce_sum({"kl": 0.5}, ["kl", "entropy"]) == {"kl": 0.5, "entropy": 0.0}
+    assert ranks.broadcast_object(payload) is payload
+    assert ranks.shard([3, 1, 2]) == [3, 1, 2]
+    assert ranks.all_reduce_sum({"kl": 0.5}, ["kl", "entropy"]) == {"kl": 0.5, "entropy": 0.0}
     layer = torch.nn.Linear(2, 2)
     before = [t.clone() for t in layer.parameters()]
-    dist.broadcast_module(layer)
+    ranks.broadcast_module(layer)
     assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters(), strict=True))
 
 
 def test_before_init_the_rank_is_torchruns(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    assert (dist.world_size(), dist.rank(), dist.is_main()) == (2, 1, False)
-    assert not dist.active()
-    assert dist.shard([3, 1, 2]) == [3, 1, 2]  # no group: nothing to share with
+    assert (ranks.world_size(), ranks.rank(), ranks.is_main()) == (2, 1, False)
+    assert not ranks.active()
+    assert ranks.shard([3, 1, 2]) == [3, 1, 2]  # no group: nothing to share with
 
 
 def test_python_m_agentgym_runs_the_cli(monkeypatch, capsys):

@@ -28,6 +28,9 @@ from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.rollout.sampler import InProcessSampler
+from agentgym.run.record import step_metrics
+from agentgym.run.resume import Progress, Trainer
 from agentgym.run.runlog import RunLog, failure_metrics
 from agentgym.run.train import train_step
 from agentgym.types import Message, Trajectory, Turn
@@ -208,7 +211,7 @@ def test_close_ends_the_worker():
                                    "import module 'no_such_module_xyz'"),
         (["reward_fns_fixture:half", "reward_fns_fixture:nope"],
          "rewards.functions[1].fn = 'reward_fns_fixture:nope': module 'reward_fns_fixture' has "
-         "no function 'nope'; its functions: as_told, half, raises_if_flagged,"),
+         "no function 'nope'; its functions: as_told, digit_share, half, raises_if_flagged,"),
         (["reward_fns_fixture:takes_no_kwargs"], "give it **kwargs"),
         (["reward_fns_fixture:half", "test_failures:half"],
          "rewards.functions[1].fn = 'test_failures:half': the name 'half' is taken by "
@@ -286,9 +289,10 @@ def test_a_train_step_counts_the_failures_and_logs_their_first_messages(tiny, tm
             make_env("failures/Flaky-v0")]  # fmt: skip
     learner = Learner(copy.deepcopy(model), config)
     policy = HFPolicy(learner.model, tokenizer)
+    trainer = Trainer(learner, tokenizer, np.random.default_rng(0), Progress())
     with RewardFunctions(config.rewards) as fns:
-        trajs, metrics = train_step(config, np.random.default_rng(0), envs, policy, learner,
-                                    tokenizer, reward_fns=fns)  # fmt: skip
+        record = train_step(config, trainer, InProcessSampler(envs, policy, tokenizer), fns)
+    trajs, metrics = record.trajectories, step_metrics(record, learner.beta, 0.0)
     assert [t.scorable for t in trajs] == [True, False, False, True]
     assert metrics["env/errors"] == 1.0
     assert metrics["env/first_error"] == "RuntimeError: turn 1 broke"

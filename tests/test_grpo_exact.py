@@ -68,7 +68,7 @@ def _bad_calls():
         ),
         (
             lambda: clipped_policy_loss(ok3, ok3, torch.zeros(3), ok3),
-            r"^advantages must be \[B=2\], got \(3,\)$",
+            r"^advantages must be \[B, T\] = \(2, 3\) or \[B=2\], got \(3,\)$",
         ),
         (
             lambda: clipped_policy_loss(ok3, ok3, torch.zeros(2), ok3, beta=0.1),
@@ -99,7 +99,7 @@ BAD_CALL_NAMES = [
     "unknown scale",
     "unknown aggregation",
     "shapes differ",
-    "advantages not [B]",
+    "advantages not [B, T] or [B]",
     "beta without ref",
     "unknown IS level",
     "unknown loss",

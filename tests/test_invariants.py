@@ -135,7 +135,7 @@ def _batch(**tensors) -> Batch:
         ({"loss_mask": torch.ones(2, 5)}, r"loss_mask is \(2, 5\), not \(2, 4\)$"),
         ({"old_logprobs": torch.zeros(3, 4)}, r"old_logprobs is \(3, 4\), not \(2, 4\)$"),
         ({"attention_mask": torch.ones(2, 4)}, r"attention_mask is \(2, 4\), not \(2, 5\)$"),
-        ({"advantages": torch.zeros(2, 1)}, r"advantages is \(2, 1\), not \(2,\)$"),
+        ({"advantages": torch.zeros(2, 1)}, r"advantages is \(2, 1\), not \(2, 4\)$"),
         ({"is_weights": torch.ones(2, 5)}, r"is_weights is \(2, 5\), not \(2, 4\)$"),
         ({"input_ids": torch.ones(10, dtype=torch.long)}, r"^Batch: input_ids must be \[N, L\]"),
     ],

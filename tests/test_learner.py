@@ -237,9 +237,11 @@ def test_split_by_length_puts_rows_of_similar_length_together():
     attention = torch.tensor([[1] * 6, [1] * 2 + [0] * 4, [1] * 5 + [0], [1] * 3 + [0] * 3])
     batch = Batch(ids, attention, torch.ones(4, 5), torch.zeros(4, 5), torch.arange(4.0))
     micros = batch.split(2, by_length=True)
-    assert [m.advantages.tolist() for m in micros] == [[1.0, 3.0], [2.0, 0.0]]
+    # each row's advantages, per target position, follow it: row r's are all r here
+    assert [m.advantages[:, 0].tolist() for m in micros] == [[1.0, 3.0], [2.0, 0.0]]
     assert [m.input_ids.shape[1] for m in micros] == [3, 6]  # each trimmed to its longest row
-    assert [m.advantages.tolist() for m in batch.split(2)] == [[0.0, 1.0], [2.0, 3.0]]
+    assert [tuple(m.advantages.shape) for m in micros] == [(2, 2), (2, 5)]  # and its targets
+    assert [m.advantages[:, 0].tolist() for m in batch.split(2)] == [[0.0, 1.0], [2.0, 3.0]]
 
 
 def _trajectory(vocab: int, reward: float, truncated: bool, seed: int):
@@ -255,8 +257,8 @@ def _trajectory(vocab: int, reward: float, truncated: bool, seed: int):
                       truncated=truncated)  # fmt: skip
 
 
-def test_learner_steps_drop_flat_groups_mask_truncated_episodes_and_iterate(tiny, monkeypatch):
-    from agentgym.run.train import learner_steps
+def test_the_update_drops_flat_groups_mask_truncated_episodes_and_iterate(tiny, monkeypatch):
+    from step_records import update_stats
 
     model, tokenizer = tiny
     # two groups of two: group 0 rewards 1 and 0 (signal), group 1 rewards 1 and 1 (flat);
@@ -273,34 +275,38 @@ def test_learner_steps_drop_flat_groups_mask_truncated_episodes_and_iterate(tiny
                         real_step(batch, beta))  # fmt: skip
     before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
     advantages = torch.tensor([1.0, -1.0, 0.0, 0.0])
-    stats = learner_steps(config, learner, trajs, torch.tensor(rewards), advantages, tokenizer,
-                          None)  # fmt: skip
+    stats = update_stats(config, learner, trajs, torch.tensor(rewards), advantages, tokenizer,
+                         None)  # fmt: skip
     assert stats["dropped_groups"] == 1.0
     assert len(seen) == 3 and all(b is seen[0] for b in seen)  # mu = 3 steps on one batch
     batch = seen[0]
     assert batch.size == 2  # the flat group left the batch
     assert batch.loss_mask[0].sum() == 7 and batch.loss_mask[1].sum() == 0  # truncated: masked
-    assert torch.equal(batch.advantages, torch.tensor([1.0, -1.0]))
+    assert torch.equal(batch.advantages[:, -1], torch.tensor([1.0, -1.0]))  # per sampled token
     changed = any(not torch.equal(p, before[n]) for n, p in learner.model.named_parameters())
     assert changed and set(stats) >= {"kl", "clip_fraction", "grad_norm"}
 
 
-def test_learner_steps_with_every_group_flat_skip_the_update(tiny):
-    from agentgym.run.train import learner_steps
+def test_an_update_with_every_group_flat_skips_the_learner(tiny):
+    from step_records import update_stats
 
     model, tokenizer = tiny
     trajs = [_trajectory(len(tokenizer), 1.0, False, i) for i in range(4)]
     config = _config(**{"grpo.group_size": 2, "grpo.drop_zero_variance_groups": True})
     learner = Learner(copy.deepcopy(model), config)
     before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
-    stats = learner_steps(config, learner, trajs, torch.ones(4), torch.zeros(4), tokenizer, None)
+    stats = update_stats(config, learner, trajs, torch.ones(4), torch.zeros(4), tokenizer, None)
     assert stats == {"dropped_groups": 2.0}
     assert all(torch.equal(p, before[n]) for n, p in learner.model.named_parameters())
 
 
-def test_an_unknown_loss_name_is_refused_with_the_registered_names():
-    with pytest.raises(Exception, match="registered: bnpo, dapo, dr_grpo, grpo"):
-        _config(**{"grpo.loss": "ppo2"})
+def test_an_unknown_loss_name_is_refused_as_the_run_starts_with_the_registered_names():
+    from agentgym.run.preflight import check_registered
+
+    # the config takes any name: a user's loss registers when their module is imported
+    config = _config(**{"grpo.loss": "ppo2"})
+    with pytest.raises(Exception, match="grpo.loss: unknown loss 'ppo2'; registered: bnpo, dapo"):
+        check_registered(config)
 
 
 def test_chunked_vocabulary_projection_gives_the_same_logprobs_and_gradients(tiny, monkeypatch):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,7 +16,10 @@ from agentgym.env.core import make_env
 from agentgym.learn.lora import wrap_lora as _wrap_lora
 from agentgym.policy.base import Generation
 from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.rollout.sampler import InProcessSampler
 from agentgym.run.checkpoint import save_checkpoint
+from agentgym.run.record import step_metrics
+from agentgym.run.resume import Progress, Trainer
 from agentgym.run.train import train_step
 from agentgym.types import TrainingError, Trajectory
 
@@ -129,8 +131,17 @@ class RecordingFakeLearner:
         self.model, self.beta, self.advantages = torch.nn.Identity(), 0.0, []
 
     def step(self, batch, beta=None):
-        self.advantages.append(batch.advantages.tolist())
+        """Records each row's advantage: the one on its sampled tokens."""
+        rows = zip(batch.advantages, batch.loss_mask.bool(), strict=True)
+        self.advantages.append([row[sampled][0].item() for row, sampled in rows])
         return {"loss": 0.0}
+
+
+def _train_step(config, sampler, learner, tokenizer, reward_fns=None):
+    """One `train_step` with `learner`, from the run's generator seeded 0; (record, metrics)."""
+    trainer = Trainer(learner, tokenizer, np.random.default_rng(0), Progress())
+    record = train_step(config, trainer, sampler, reward_fns)
+    return record, step_metrics(record, learner.beta, config.grpo.length_penalty)
 
 
 @pytest.mark.parametrize(
@@ -150,8 +161,9 @@ def test_a_length_penalty_lowers_the_rewards_advantages_are_computed_from(tiny, 
     policy = ScriptedFakePolicy(tokenizer, learner.model)
     envs = [make_env("math") for _ in range(4)]
     try:
-        rng = np.random.default_rng(0)
-        trajectories, metrics = train_step(config, rng, envs, policy, learner, tokenizer)
+        sampler = InProcessSampler(envs, policy, tokenizer)
+        record, metrics = _train_step(config, sampler, learner, tokenizer)
+        trajectories = record.trajectories
     finally:
         for env in envs:
             env.close()
@@ -206,9 +218,7 @@ def _step_on(tiny, trajectories, scale: str, learner: RecordingFakeLearner) -> N
     """One `train_step` of two tasks of four episodes, on the given episodes."""
     grpo = {"group_size": 4, "tasks_per_step": 2, "scale_rewards": scale}
     config = load_config(overrides={f"grpo.{key}": value for key, value in grpo.items()})
-    policy = SimpleNamespace(model=learner.model)  # never samples: the sampler replays
-    sampler = ReplayingFakeSampler(trajectories)
-    train_step(config, np.random.default_rng(0), [], policy, learner, tiny[1], sampler=sampler)
+    _train_step(config, ReplayingFakeSampler(trajectories), learner, tiny[1])
 
 
 @pytest.mark.parametrize(

@@ -27,9 +27,10 @@ from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout.episodes import TaskSpec, collect
 from agentgym.run.interrupt import TrainingError
 from agentgym.run.preflight import require_ray
-from agentgym.scale import ray_rollout, weight_sync
+from agentgym.scale import ray_rollout
 from agentgym.scale.ray_rollout import RayRollout, spread_groups
-from agentgym.scale.weight_sync import SyncGroup
+from agentgym.sync import collective
+from agentgym.sync.collective import SyncGroup
 
 TESTS = Path(__file__).parent
 SPECS = [TaskSpec(seed=11), TaskSpec(seed=12), TaskSpec(seed=13)]  # 2 + 1 over 2 workers
@@ -264,7 +265,7 @@ def _assert_workers_hold(rollout: RayRollout, weights) -> None:
 
 @pytest.mark.slow
 def test_a_collective_sync_gives_both_workers_exactly_the_learners_weights(ray_local, monkeypatch):
-    monkeypatch.setattr(weight_sync, "BUCKET_BYTES", 4096)  # several buckets per sync
+    monkeypatch.setattr(collective, "BUCKET_BYTES", 4096)  # several buckets per sync
     config = _config("tool_call", **{"distributed.weight_sync": "collective"})
     model, tokenizer = _trained_lora(config)
     weights = _trainable(model)

@@ -178,10 +178,10 @@ def _drop_run_rng():
 @pytest.mark.parametrize("dropped", ["optimizer", "scheduler", "rng"])
 def test_a_resume_that_drops_a_state_breaks_equality(tmp_path, whole_run, monkeypatch, dropped):
     """Each state the checkpoint holds is needed: without it, the resumed run differs."""
-    import agentgym.run.train as train_module
+    import agentgym.run.setup as setup_module
 
     if dropped == "rng":
-        monkeypatch.setattr(train_module, "restore", _drop_run_rng())
+        monkeypatch.setattr(setup_module, "restore", _drop_run_rng())
     else:
         monkeypatch.setattr(Learner, "load_state_dict", _drop_learner_state(dropped))
     split = tmp_path / "split"

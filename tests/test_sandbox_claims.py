@@ -1,4 +1,4 @@
-"""The local sandbox's promises (the threat model in agentgym.sandboxes.base), read from inside.
+"""The local sandbox's promises (the threat model in agentgym.sandboxes.contract), read from inside.
 
 Each test runs code that reports what the kernel says about the run (its
 /proc/self/status, a mount's flags, an errno) and asserts one claim. Where the

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.sandboxes.base import Sandbox, SandboxUnavailableError
+from agentgym.sandboxes.contract import Sandbox, SandboxUnavailableError
 from agentgym.sandboxes.factory import make_sandbox
 
 try:

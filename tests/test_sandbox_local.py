@@ -1,4 +1,4 @@
-"""One test per attack in the local sandbox's threat model (see agentgym.sandboxes.base).
+"""One test per attack in the local sandbox's threat model (see agentgym.sandboxes.contract).
 
 Each attack asserts the status it must come back as, and, through the
 `host` fixture, that the host is as it was: no leftover process of ours,

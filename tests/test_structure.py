@@ -1,15 +1,15 @@
 """The shape of the code, kept: stage packages that import only downwards, no cycles, no
 private names across modules, short files and functions, a short README.
 
-The rule is the layout table of the design (`DESIGN.md`) and the README: a package may
-import the packages its row names, and what those may import. `agentgym/cli.py`, the
-package's `__init__` and the thin re-exports users import (`agentgym.tool_env`) may
-import anything.
+The rule is the layout table of docs/overview.md, read from there: a package may import
+the packages its row names, and what those may import. `agentgym/cli.py`, the package's
+`__init__` and the thin re-exports users import (`agentgym.tool_env`) may import anything.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -17,29 +17,28 @@ import pytest
 ROOT = Path(__file__).parent.parent
 SOURCES = {"agentgym": ROOT / "agentgym", "agentgym.envs": ROOT / "envs",
            "agentgym.sandboxes": ROOT / "sandboxes"}  # fmt: skip
-MAY_IMPORT = {
-    "types": set(),
-    "records": set(),
-    "text": set(),
-    "compat": set(),
-    "sandboxes": set(),
-    "config": {"types"},
-    "tools": {"types", "text"},
-    "rewards": {"types", "config", "text"},
-    "env": {"types", "config", "tools", "rewards", "sandboxes"},
-    "envs": {"env"},
-    "policy": {"types", "config", "tools", "compat"},
-    "rollout": {"env", "policy", "types"},
-    "learn": {"types", "config", "compat"},
-    "eval": {"rollout", "env", "policy"},
-    "scale": {"rollout", "learn", "policy"},
-    "run": {"eval", "scale", "rewards"},
-    "top": set(),  # cli, config_cli, the package itself, re-exports: anything
-}
-EXCEPTIONS = {
-    ("agentgym.config.sections", "agentgym.learn.grpo"):
-        "GRPOConfig checks `loss` against the loss registry, which users extend at run time",
-}  # fmt: skip
+LAYOUT = ROOT / "docs" / "overview.md"
+
+
+def _may_import() -> dict[str, set[str]]:
+    """The layout table of docs/overview.md: each row's packages -> what they may import
+    ("nothing": none; "anything": the top, which is every row's first name here "top")."""
+    text = LAYOUT.read_text().split("## Layout", 1)[1]
+    table: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        names, allowed = re.findall(r"`([a-z_.]+)`", cells[0]), cells[2]
+        if allowed == "anything":
+            table["top"] = set()
+            continue
+        for name in names:
+            table[name] = set(re.findall(r"`([a-z_]+)`", allowed))
+    return table
+
+
+MAY_IMPORT = _may_import()
 MAX_FILE_LINES, MAX_FUNCTION_LINES, MAX_README_BYTES = 450, 60, 12 * 1024
 LOOP, MAX_LOOP_LINES = ROOT / "agentgym" / "run" / "train.py", 250
 
@@ -154,10 +153,35 @@ def test_each_package_imports_only_what_its_row_allows():
         for target, _, line in _imports(module):
             if target == "agentgym" and layer != "top":
                 bad.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports the package")
-            elif _layer(target) not in allowed and (module, target) not in EXCEPTIONS:
+            elif _layer(target) not in allowed:
                 where = MODULES[module].relative_to(ROOT)
                 bad.append(f"{where}:{line} ({layer}) imports {target} ({_layer(target)})")
     assert bad == []
+
+
+SHIMS = {
+    "agentgym.tool_env": "re-exports agentgym.env.tool_env: `from agentgym.tool_env import ...`",
+}
+"""Thin re-exports kept for documented import paths: the only modules that may share a
+name with a module of another package."""
+
+
+def test_no_two_modules_share_a_name():
+    """Across packages, a module's name says which one it is. The built-in environments'
+    folders (`envs/<name>/`) are the exception by design: each has the same shape, an
+    `env.py` and its `tasks.py`, as a user's own environment package would."""
+    by_name: dict[str, list[str]] = {}
+    for module in MODULES:
+        plugin = module.startswith("agentgym.envs.") and module.count(".") >= 3
+        if module not in SHIMS and module not in SOURCES and not plugin:
+            by_name.setdefault(module.rsplit(".", 1)[1], []).append(module)
+    assert {name: found for name, found in by_name.items() if len(found) > 1} == {}
+
+
+def test_every_package_has_a_row_in_the_layout_table():
+    packages = {_layer(m) for m in MODULES}
+    folders = {p.name for p in (ROOT / "agentgym").iterdir() if (p / "__init__.py").is_file()}
+    assert packages - {"top"} <= MAY_IMPORT.keys() and folders <= MAY_IMPORT.keys()
 
 
 def test_files_and_functions_are_short():

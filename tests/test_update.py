@@ -1,4 +1,4 @@
-"""The learner's part of a step (`run/update.learner_steps`): which rows reach the learner,
+"""The `update` stage (`learn/update.update`): which rows reach the learner,
 what it is handed, and how the iterations' metrics are reduced. The learner's own step is
 replaced by a recorder here; tests/test_learner.py runs the real one."""
 
@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 import torch
+from step_records import update_stats
 
 from agentgym.config import load_config
 from agentgym.learn.learner import Learner
-from agentgym.run import update
 from agentgym.types import Batch, Trajectory
 
 
@@ -27,19 +27,18 @@ def _trajectory(vocab: int, reward: float, seed: int, tokens: int = 12) -> Traje
 
 
 @pytest.fixture
-def recorded(tiny, monkeypatch):
-    """(learner, tokenizer, calls): each share_step's (batch, beta), answering metrics
-    {"x": 1.0}, then {"x": 3.0}, ... (2k + 1 at the k-th call)."""
+def recorded(tiny):
+    """(learner, tokenizer, calls, step): each learner step's (batch, beta) by `step`,
+    answering metrics {"x": 1.0}, then {"x": 3.0}, ... (2k + 1 at the k-th call)."""
     model, tokenizer = tiny
     calls: list[tuple] = []
 
-    def share_step(learner, batch, beta):
+    def step(learner, batch, beta):
         calls.append((batch, beta))
         return {"x": 2.0 * len(calls) - 1.0}
 
-    monkeypatch.setattr(update.dist, "share_step", share_step)
     learner = Learner(copy.deepcopy(model), load_config(overrides={"grpo.beta": 0.0}))
-    return learner, tokenizer, calls
+    return learner, tokenizer, calls, step
 
 
 def _config(**overrides):
@@ -47,17 +46,17 @@ def _config(**overrides):
 
 
 def test_the_iterations_metrics_are_averaged_and_each_gets_the_step_s_beta(recorded):
-    learner, tokenizer, calls = recorded
+    learner, tokenizer, calls, step = recorded
     trajs = [_trajectory(len(tokenizer), r, i) for i, r in enumerate([1.0, 0.0])]
     config = _config(**{"grpo.num_iterations": 2})
-    stats = update.learner_steps(config, learner, trajs, torch.tensor([1.0, 0.0]),
-                                 torch.tensor([1.0, -1.0]), tokenizer, 0.25)  # fmt: skip
+    stats = update_stats(config, learner, trajs, torch.tensor([1.0, 0.0]),
+                         torch.tensor([1.0, -1.0]), tokenizer, 0.25, step=step)  # fmt: skip
     assert stats == {"x": 2.0}  # (1 + 3) / 2
     assert [beta for _, beta in calls] == [0.25, 0.25]
 
 
 def test_an_episode_whose_reset_failed_has_no_row_even_when_flat_groups_are_dropped(recorded):
-    learner, tokenizer, calls = recorded
+    learner, tokenizer, calls, step = recorded
     vocab = len(tokenizer)
     # two groups of three, neither flat; the last episode's reset failed: no tokens
     trajs = [_trajectory(vocab, r, i) for i, r in enumerate([1.0, 0.0, 0.5, 0.5, 0.0])]
@@ -68,24 +67,24 @@ def test_an_episode_whose_reset_failed_has_no_row_even_when_flat_groups_are_drop
     for drop in (False, True):
         calls.clear()
         config = _config(**{"grpo.group_size": 3, "grpo.drop_zero_variance_groups": drop})
-        update.learner_steps(config, learner, trajs, rewards, advantages, tokenizer, None)
+        update_stats(config, learner, trajs, rewards, advantages, tokenizer, None, step=step)
         ((batch, _),) = calls
         assert batch.size == 5, drop  # the row without tokens never reaches the learner
-        assert torch.equal(batch.advantages, advantages[:5])
+        assert torch.equal(batch.advantages[:, -1], advantages[:5])  # on each sampled token
 
 
 @pytest.mark.parametrize("backend", ["hf", "vllm"])
 def test_only_a_vllm_sampler_s_batch_is_corrected_for_its_logprob_mismatch(
     recorded, monkeypatch, backend
 ):
-    learner, tokenizer, calls = recorded
+    learner, tokenizer, calls, step = recorded
     corrected = []
     monkeypatch.setattr(learner, "correct_mismatch",
                         lambda batch: corrected.append(batch) or (batch, {"tis": 1.0}))  # fmt: skip
     trajs = [_trajectory(len(tokenizer), r, i) for i, r in enumerate([1.0, 0.0])]
     config = _config(**{"policy.backend": backend})
-    stats = update.learner_steps(config, learner, trajs, torch.tensor([1.0, 0.0]),
-                                 torch.tensor([1.0, -1.0]), tokenizer, None)  # fmt: skip
+    stats = update_stats(config, learner, trajs, torch.tensor([1.0, 0.0]),
+                         torch.tensor([1.0, -1.0]), tokenizer, None, step=step)  # fmt: skip
     assert len(corrected) == (backend == "vllm")
     assert all(isinstance(b, Batch) and b.size == 2 for b in corrected)  # the step's batch
     assert ("tis" in stats) == (backend == "vllm")

@@ -32,12 +32,13 @@ pytest.importorskip(
 
 from agentgym.config import ConfigError, load_config  # noqa: E402
 from agentgym.env.core import make_env  # noqa: E402
-from agentgym.policy import vllm_sync  # noqa: E402
 from agentgym.policy.base import SamplingParams  # noqa: E402
 from agentgym.policy.hf import HFPolicy, stop_token_ids  # noqa: E402
 from agentgym.policy.vllm import VLLMPolicy, save_model_folder  # noqa: E402
 from agentgym.rollout.episodes import TaskSpec, collect, render  # noqa: E402
 from agentgym.run.preflight import require_vllm  # noqa: E402
+from agentgym.sync import shared_memory  # noqa: E402
+from agentgym.sync.vllm_worker import WorkerSync  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 GREEDY = SamplingParams(max_new_tokens=32, temperature=0.0)
@@ -225,23 +226,23 @@ def test_a_sync_writes_no_file_and_releases_its_shared_block(embedded, engine, m
         monkeypatch.setattr(module, name, _refuse)
     blocks: list[str] = []
 
-    class Recorded(vllm_sync.SharedMemory):
+    class Recorded(shared_memory.SharedMemory):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             blocks.append(self.name)
 
-    monkeypatch.setattr(vllm_sync, "SharedMemory", Recorded)
+    monkeypatch.setattr(shared_memory, "SharedMemory", Recorded)
     calls, rpc = [], engine.llm.collective_rpc
 
     def listed_rpc(method, *args, **kwargs):
-        calls.append((method, set(os.listdir(vllm_sync.SHM_DIR))))
+        calls.append((method, set(os.listdir(shared_memory.SHM_DIR))))
         return rpc(method, *args, **kwargs)
 
     monkeypatch.setattr(engine.llm, "collective_rpc", listed_rpc)
-    before = set(os.listdir(vllm_sync.SHM_DIR))
+    before = set(os.listdir(shared_memory.SHM_DIR))
     engine.load_weights(_perturbed(model, 2).named_parameters())
     engine.load_weights(model.named_parameters())  # back, for the tests after this one
-    after = set(os.listdir(vllm_sync.SHM_DIR))
+    after = set(os.listdir(shared_memory.SHM_DIR))
     assert [method for method, _ in calls] == ["agentgym_load_shared"] * 2
     assert len(set(blocks)) == 2 and not set(blocks) & before
     assert all(block in listed for block, (_, listed) in zip(blocks, calls, strict=True))
@@ -250,7 +251,7 @@ def test_a_sync_writes_no_file_and_releases_its_shared_block(embedded, engine, m
 
 
 def test_a_shared_block_carries_each_dtype_and_shape_and_is_unlinked():
-    class Catching(vllm_sync.WorkerSync):
+    class Catching(WorkerSync):
         def agentgym_reload(self, weights):
             self.got = [(name, t.clone()) for name, t in weights]
             return len(weights)
@@ -262,13 +263,13 @@ def test_a_shared_block_carries_each_dtype_and_shape_and_is_unlinked():
                ("e", torch.randn(4, 6, generator=g).t()),  # not contiguous
                ("f", torch.arange(5, dtype=torch.int8))]  # fmt: skip
     worker = Catching()
-    with vllm_sync.shared_block(tensors) as block:
-        assert (vllm_sync.SHM_DIR / block.name).exists()
-        assert all(offset % vllm_sync.ALIGN == 0 for *_, offset in block.layout)
+    with shared_memory.shared_block(tensors) as block:
+        assert (shared_memory.SHM_DIR / block.name).exists()
+        assert all(offset % shared_memory.ALIGN == 0 for *_, offset in block.layout)
         # the RPC delivers the layout's rows as lists
         rows = [list(row) for row in block.layout]
         assert worker.agentgym_load_shared(block.name, block.size, rows) == len(tensors)
-    assert not (vllm_sync.SHM_DIR / block.name).exists()
+    assert not (shared_memory.SHM_DIR / block.name).exists()
     assert [name for name, _ in worker.got] == [name for name, _ in tensors]
     for (_, got), (_, sent) in zip(worker.got, tensors, strict=True):
         assert got.dtype == sent.dtype and torch.equal(got, sent)

@@ -11,7 +11,7 @@ import threading
 import pytest
 import torch
 
-from agentgym.scale.weight_sync import (
+from agentgym.sync.collective import (
     GroupAddress,
     SyncGroup,
     TensorMeta,

@@ -26,7 +26,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if not (0 <= c <= n and 1 <= k <= n):
         raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
     # a shortcut: with n - c < k the product has the factor 1 - k / k = 0 and gives 1.0 too
-    # (a mutant that never takes it is equivalent)
     if n - c < k:
         return 1.0
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
@@ -71,11 +70,9 @@ def paired_bootstrap(
         raise ValueError(
             f"paired_bootstrap needs two equal, non-empty lists; got {len(a)}, {len(b)}"
         )
-    # float on both sides, as numpy refuses bool - bool; on one side alone numpy would
-    # promote (mutants that drop one dtype are equivalent)
+    # float, as numpy refuses bool - bool
     diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     rng = np.random.default_rng(seed)
-    # integers(0, n) is integers(n): the same draws (a mutant that drops the 0 is equivalent)
     means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
     tail = (1.0 - level) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])

@@ -1,4 +1,4 @@
-"""Learning: group-relative advantages and losses (pure functions, registered by name),
-log-probs, the optimizer step and torch.distributed collectives of the learner.
-May import: types, config.
+"""Learning: the `advantages` stage (estimators registered by name, per-token values), the
+losses (pure functions, registered by name), log-probs, the learner and the `update` stage,
+and torch.distributed collectives of the learner. What it may import: docs/overview.md#layout.
 """

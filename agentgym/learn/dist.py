@@ -4,13 +4,13 @@ Under `torchrun --nproc-per-node N -m agentgym train ...` every process runs
 the same command. Rank 0 does everything a single process does (rollouts,
 evaluations, logs, checkpoints); the other ranks only hold a copy of the
 learner and step it on the batches rank 0 shares with them (the protocol is
-`agentgym.scale.dist`'s). Each rank computes the gradient of its share of the batch and
+`agentgym.scale.ranks`'s). Each rank computes the gradient of its share of the batch and
 DistributedDataParallel sums the shares during the backward (`data_parallel`), so
 every rank takes the same optimizer step: the one a single process takes on the
 whole batch.
 
 With `distributed.learner: fsdp` no rank holds the weights or the optimizer state
-whole (`fully_shard_model`, `full_optimizer_state`); see `agentgym.scale.fsdp_sync`.
+whole (`fully_shard_model`, `full_optimizer_state`); see `agentgym.scale.ranks`.
 
 In a single process the collectives are no-ops, or the identity.
 """
@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as tdist
+
+from agentgym.sync.buckets import tensor_buckets, unflatten_into
 
 T = TypeVar("T")
 
@@ -164,10 +166,10 @@ def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
     if not active():
         return
     tensors = [t.data for t in (*module.parameters(), *module.buffers())]
-    for bucket in _buckets(tensors):
+    for bucket in tensor_buckets(tensors, BUCKET_BYTES):
         flat = torch.cat([t.reshape(-1) for t in bucket])
         tdist.broadcast(flat, src=src)
-        _unflatten_into(flat, bucket)
+        unflatten_into(flat, bucket)
 
 
 def data_parallel(model: torch.nn.Module) -> Any:
@@ -316,26 +318,3 @@ def load_full_optimizer_state(
 
 def _collective_device() -> torch.device:
     return device() if tdist.get_backend() == "nccl" else torch.device("cpu")
-
-
-def _buckets(tensors: Sequence[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
-    """Consecutive runs of tensors of one dtype and device, each up to BUCKET_BYTES."""
-    bucket: list[torch.Tensor] = []
-    size = 0
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        same = not bucket or (t.dtype == bucket[0].dtype and t.device == bucket[0].device)
-        if bucket and (not same or size + nbytes > BUCKET_BYTES):
-            yield bucket
-            bucket, size = [], 0
-        bucket.append(t)
-        size += nbytes
-    if bucket:
-        yield bucket
-
-
-def _unflatten_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
-    offset = 0
-    for t in tensors:
-        t.copy_(flat[offset : offset + t.numel()].view_as(t))
-        offset += t.numel()

@@ -154,8 +154,7 @@ def group_advantages(
             is given and not [N].
     """
     groups, valid = _grouped(rewards, group_size, scorable)
-    # min=1 keeps 0/0 out of empty groups; groups of fewer than two scored samples get 0
-    # below whatever count says (so a mutant clamping at 2 is equivalent)
+    # min=1 keeps 0/0 out of empty groups; groups of fewer than two scored samples get 0 below
     count = valid.sum(dim=1, keepdim=True).clamp(min=1)
     filled = torch.where(valid, groups, 0.0)
     mean = filled.sum(dim=1, keepdim=True) / count
@@ -169,7 +168,7 @@ def group_advantages(
     elif scale == "batch":
         scored = groups[valid]
         # with nothing scored every advantage is 0 below, whatever std is: the test only
-        # avoids the mean of an empty tensor (mutants of the test or of 0.0 are equivalent)
+        # avoids the mean of an empty tensor
         std = (scored - scored.mean()).square().mean().sqrt() if scored.numel() else 0.0
         adv = centered / (std + eps)
     flat = _all_equal(groups, valid).unsqueeze(1)
@@ -246,7 +245,6 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """
     keep = mask.bool()
     # sum(None) would sum everything too: the `dim is None` cases only spell it out
-    # (mutants that drop them are equivalent)
     total = torch.where(keep, x, 0.0).sum() if dim is None else torch.where(keep, x, 0.0).sum(dim)
     count = keep.sum() if dim is None else keep.sum(dim)
     return total / count.clamp(min=1)
@@ -263,7 +261,6 @@ def aggregate(
     sum / `max_tokens` (a constant: the most tokens a completion may have; None: T),
     then mean over sequences.
     """
-    # on a [B, T] loss, dim -1 is dim 1 (mutants that turn -1 into +1 are equivalent)
     if aggregation == "seq_mean_token_mean":
         return masked_mean(per_token, mask, dim=-1).mean()
     if aggregation == "token_mean":
@@ -301,7 +298,8 @@ def clipped_policy_loss(
     Args:
         logprobs: [B, T] current-policy log-probs of the target tokens (requires grad).
         old_logprobs: [B, T] log-probs of the same tokens under the sampling policy.
-        advantages: [B] one advantage per sequence.
+        advantages: [B, T] one advantage per token (an estimator's, `agentgym.learn.advantages`),
+            or [B], one per sequence on every token.
         loss_mask: [B, T] 1 on tokens the policy sampled, 0 elsewhere (any dtype).
         ref_logprobs: [B, T] reference-policy log-probs; required when beta > 0.
         epsilon: lower clip range (and upper, unless epsilon_high is given).
@@ -321,12 +319,11 @@ def clipped_policy_loss(
     keep = loss_mask.bool()
     # Zero the masked positions *before* any exp, so their gradient is an exact 0, not 0*inf.
     # Any finite fill would do, here and for ref and is_weights below: every later read
-    # selects through `keep` (mutants that fill 1.0 are equivalent).
+    # selects through `keep`.
     logp = torch.where(keep, logprobs, 0.0)
     old = torch.where(keep, old_logprobs.detach(), 0.0)
     log_ratio = (logp - old).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     if importance_sampling_level == "sequence":
-        # [B, T] and [B]: dim -1 is dim 1 (mutants that turn -1 into +1 are equivalent)
         log_ratio = masked_mean(log_ratio, keep, dim=-1).unsqueeze(-1).expand_as(log_ratio)
     elif importance_sampling_level != "token":
         raise ValueError(
@@ -334,7 +331,8 @@ def clipped_policy_loss(
             f"got {importance_sampling_level!r}"
         )
     ratio = torch.exp(log_ratio)
-    adv = advantages.detach().to(ratio.dtype).unsqueeze(1)
+    adv = advantages.detach().to(ratio.dtype)
+    adv = adv.unsqueeze(1) if adv.dim() == 1 else adv  # [B]: one advantage on every token
     high = epsilon if epsilon_high is None else epsilon_high
     per_token = -torch.minimum(ratio * adv, ratio.clamp(1.0 - epsilon, 1.0 + high) * adv)
     if is_weights is not None:
@@ -374,9 +372,10 @@ def _check_loss_inputs(
             "logprobs, old_logprobs and loss_mask must all be [B, T]; got "
             f"{tuple(logprobs.shape)}, {tuple(old_logprobs.shape)}, {tuple(loss_mask.shape)}"
         )
-    if advantages.shape != logprobs.shape[:1]:
+    if advantages.shape not in (logprobs.shape, logprobs.shape[:1]):
         raise ValueError(
-            f"advantages must be [B={logprobs.shape[0]}], got {tuple(advantages.shape)}"
+            f"advantages must be [B, T] = {tuple(logprobs.shape)} or [B={logprobs.shape[0]}], "
+            f"got {tuple(advantages.shape)}"
         )
     if beta > 0 and ref_logprobs is None:
         raise ValueError("beta > 0 needs ref_logprobs: pass the reference policy's log-probs")
@@ -440,6 +439,6 @@ def entropy_from_logprobs(logprobs: Tensor) -> Tensor:
     (banned tokens) count as 0 * log 0 = 0.
     """
     # zeroing -inf first keeps its gradient 0 instead of 0 * inf = NaN; exp(-inf) = 0 then
-    # zeroes whatever finite value stands there (a mutant filling 1.0 is equivalent)
+    # zeroes whatever finite value stands there
     finite = torch.where(torch.isfinite(logprobs), logprobs, 0.0)
     return -(logprobs.exp() * finite).sum(dim=-1)

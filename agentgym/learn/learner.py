@@ -302,9 +302,7 @@ class Learner:
             importance_sampling_level=self.config.grpo.importance_sampling_level,
             kl_estimator=self.config.grpo.kl_estimator,
             max_tokens=self.config.sampling.max_episode_tokens,
-            # passing is_weights=None is passing none (a mutant that always passes it is
-            # equivalent); the zip below pairs four names with four stats, so its `strict`
-            # never fails (mutants of it are equivalent)
+            # only where there are some: a registered loss need not take is_weights otherwise
             **({} if micro.is_weights is None else {"is_weights": micro.is_weights}),
         )
         stats = (
@@ -400,7 +398,6 @@ def _empty(micro: Batch) -> Batch:
 
 
 def _to(batch: Batch, device: torch.device) -> Batch:
-    # only a second device tells its mutants apart (the tests run on the CPU alone)
     if batch.input_ids.device == device:
         return batch
     tensors = (batch.input_ids, batch.attention_mask, batch.loss_mask, batch.old_logprobs)

@@ -45,8 +45,6 @@ def shared_prefix_length(batch: Batch) -> int:
 
 
 def _decoder_and_head(model: PreTrainedModel) -> tuple[PreTrainedModel, torch.nn.Linear]:
-    # a peft model hands attribute reads to its base model: asking it directly gives the same
-    # decoder, head and config (mutants of the test here and in `_softcap` are equivalent);
     # torch types get_base_model, which a PreTrainedModel does not declare, as Tensor | Module
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
     return base.get_decoder(), base.get_output_embeddings()
@@ -67,8 +65,6 @@ def run_prefix(model: PreTrainedModel, ids: torch.Tensor) -> Prefix:
     """Runs `ids` [1, P] through the decoder; returns (P, each layer's keys and values)."""
     decoder, _ = _decoder_and_head(model)
     cache = DynamicCache()
-    # a mask of ones masks nothing, and transformers fills a cache it is given whatever
-    # use_cache says (mutants of both are equivalent here and in `_hidden_states`)
     decoder(
         input_ids=ids,
         attention_mask=torch.ones_like(ids),
@@ -88,8 +84,6 @@ def _prefix_cache(prefix: Prefix, rows: int) -> DynamicCache:
     return cache
 
 
-# token_logprobs, the only caller, always passes share_prefix (a mutant of its default is
-# equivalent)
 def _hidden_states(
     model: PreTrainedModel, batch: Batch, prefix: Prefix | None = None, share_prefix: bool = True
 ) -> tuple[torch.Tensor, int]:
@@ -102,17 +96,12 @@ def _hidden_states(
     decoder, _ = _decoder_and_head(model)
     ids, mask = batch.input_ids, batch.attention_mask
     if prefix is None:
-        # any length under MIN_SHARED_PREFIX means none (so 1 for 0 is an equivalent mutant,
-        # here and in `backward_micro_batches` and `Learner.accumulate`)
         shared = shared_prefix_length(batch) if batch.size > 1 and share_prefix else 0
         if shared < MIN_SHARED_PREFIX:
-            # rows are right-padded: no position the loss reads attends to a pad, with or
-            # without the mask (mutants that drop it, here and below, are equivalent)
+            # rows are right-padded: no position the loss reads attends to a pad
             return decoder(input_ids=ids, attention_mask=mask).last_hidden_state, 0
         prefix = run_prefix(model, ids[:1, :shared])
     shared = prefix[0]
-    # transformers would count the positions on from the cache too (a mutant that drops them is
-    # equivalent); device=ids.device matters only off the CPU
     positions = torch.arange(shared, ids.shape[1], device=ids.device).expand(batch.size, -1)
     out = decoder(
         input_ids=ids[:, shared:],
@@ -190,7 +179,6 @@ def _head_logprobs(
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     logits = _softcap(model, logits) / temperature
-    # [K, V] and [K, 1]: dim -1 is dim 1 (mutants that turn -1 into +1 are equivalent)
     logsm = torch.log_softmax(logits, dim=-1)
     with torch.no_grad():
         entropy = grpo.entropy_from_logprobs(logsm)
@@ -228,9 +216,7 @@ def token_logprobs(
         selected = hidden[rows, cols - shared]
     _, head = _decoder_and_head(model)
     targets = batch.input_ids[rows, cols + 1]
-    # only a vocabulary over LOGIT_BUDGET / 2 tokens could tell max(1, ...) from max(2, ...)
-    # (an equivalent mutant); use_reentrant=False below gives backward() the same gradients
-    # as True (mutants of it are equivalent)
+    # at least one row per chunk, however large the vocabulary
     step = max(1, LOGIT_BUDGET // head.weight.shape[0])
     if len(rows) <= step:
         kept, ent = _head_logprobs(model, head, selected, targets, temperature)
@@ -248,10 +234,9 @@ def token_logprobs(
             for i in range(0, len(rows), step)
         ]
         kept, ent = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    # device= matters only off the CPU, where the tests cannot check it
     logp = torch.zeros(batch.loss_mask.shape, dtype=kept.dtype, device=kept.device)
     logp = logp.index_put((rows, cols), kept)
-    entropy = torch.zeros_like(logp, requires_grad=False)  # False is the default (equivalent)
+    entropy = torch.zeros_like(logp, requires_grad=False)
     entropy[rows, cols] = ent.detach()
     return logp, entropy
 
@@ -293,8 +278,7 @@ def backward_micro_batches(
     if shared >= MIN_SHARED_PREFIX and micro_batches:
         with context():
             _, layers = run_prefix(model, batch.input_ids[:1, :shared])
-        # keys and values in pairs, one leaf each: `strict` here and below can never fail
-        # (mutants of it are equivalent)
+        # keys and values in pairs, one leaf each
         outputs = [t for kv in layers for t in kv]
         leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
         prefix = (shared, list(zip(leaves[0::2], leaves[1::2], strict=True)))

@@ -63,8 +63,6 @@ class _LossField(MutableMapping[str, Any]):
         return len(LOSSES)
 
 
-# built as the package is imported, before mutmut's workers fork and switch a mutant on: its
-# mutants of _LossField.__init__ survive unseen (tests/test_loss_registry.py reads both views)
 POLICY_LOSSES: MutableMapping[str, PolicyLossFn] = _LossField("fn")
 MICRO_BATCH_WEIGHTS: MutableMapping[str, Literal["sequences", "tokens"]] = _LossField("weight")
 """The functions and the micro-batch weights of `LOSSES`, by name (views of it)."""
@@ -76,7 +74,7 @@ def register_policy_loss(
     """Decorator adding a loss to LOSSES under `name`; a taken name is a ValueError.
 
     A registered loss is called as `fn(logprobs [B, T], old_logprobs [B, T],
-    advantages [B], loss_mask [B, T], *, ref_logprobs=None, epsilon=0.2, beta=0.0,
+    advantages [B, T], loss_mask [B, T], *, ref_logprobs=None, epsilon=0.2, beta=0.0,
     epsilon_high=None, importance_sampling_level="token", kl_estimator="k3",
     max_tokens=None) -> LossOutput` on one micro-batch; the learner sums the
     micro-batches' losses, each times its share of the batch (`weight`). With a

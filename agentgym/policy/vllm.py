@@ -18,10 +18,11 @@ How it meets the `Policy` contract, and where it departs from the transformers b
   The learner never trusts them as its old logprobs: it recomputes its own and
   corrects the difference by truncated importance sampling (`grpo.truncated_is_weights`).
 - Weight sync (`load_weights`): no file is written. Every tensor reaches the engine's
-  worker in one `collective_rpc` to a worker extension (`vllm_sync.WorkerSync`), which
-  loads them all in place in one call (`Worker.reload_weights`): in-process, the
-  tensors themselves; to a separate process, one shared-memory block the worker maps
-  and reads as views (CPU tensors) or CUDA IPC handles (CUDA tensors). Then the
+  worker in one `collective_rpc` to a worker extension
+  (`agentgym.sync.vllm_worker.WorkerSync`), which loads them all in place in one call
+  (`Worker.reload_weights`): in-process, the tensors themselves; to a separate
+  process, one shared-memory block the worker maps and reads as views (CPU tensors)
+  or CUDA IPC handles (CUDA tensors). Then the
   prefix cache is reset, since its keys and values came from the old weights. For
   LoRA, the trained adapters are written as a PEFT adapter folder and served as a new
   adapter version (a `LoRARequest` with the next id: vLLM 0.32 takes adapters only
@@ -54,7 +55,7 @@ from safetensors.torch import save_file
 
 from agentgym.config import ConfigError
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams, check_generate_args
-from agentgym.policy.vllm_sync import WorkerSync, send_weights
+from agentgym.sync.vllm_worker import WorkerSync, send_weights
 
 if TYPE_CHECKING:
     from agentgym.config import Config

@@ -1,3 +1,4 @@
-"""Verifiable rewards (math answers, formats) checked by code, and users' reward
-functions run in a worker process. May import: types, config, text.
+"""Verifiable rewards (math answers, formats) checked by code, users' reward functions run
+in a worker process, and the `score` stage that adds them up with the length penalty.
+What it may import: docs/overview.md#layout.
 """

@@ -25,25 +25,7 @@ from agentgym.rollout.external_text import Rendered, encode_rendered, render_ext
 from agentgym.rollout.external_text import render as render  # part of this module's API
 from agentgym.rollout.guard import EnvTimeoutError, call_within
 from agentgym.types import Completion, Message, Trajectory, Turn
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """Which task a group plays: a reset seed, or a task id, and the split; and the
-    difficulty level it is drawn at (a curriculum's), None for the env's own."""
-
-    seed: int | None = None
-    task_id: str | None = None
-    split: str = "train"
-    difficulty: int | None = None
-
-    def reset_kwargs(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"split": self.split}
-        if self.task_id is not None:
-            options["task_id"] = self.task_id
-        if self.difficulty is not None:
-            options["difficulty"] = self.difficulty
-        return {"seed": self.seed, "options": options}
+from agentgym.types import TaskSpec as TaskSpec  # part of this module's API
 
 
 @dataclass
@@ -121,8 +103,6 @@ def continuation_ids(
     would produce for the whole conversation. When the sample ended with the
     stop token, that token is already in the trajectory and is not repeated.
     """
-    # templates test generation_prompt for truth: None would read as False (mutants that pass
-    # None here and for the glue below are equivalent)
     before = render(tokenizer, history, False, tools)
     # new_messages come from outside the policy: their special-token text stays plain text
     rendered = render_external(tokenizer, history + new_messages, True, tools, len(history))
@@ -130,8 +110,7 @@ def continuation_ids(
     if not after.startswith(before):
         raise ValueError("the chat template does not render conversations append-only")
     # what the template puts after the assistant's content: found with a sentinel content,
-    # since the real content may be empty or occur earlier in the conversation (the sentinel
-    # occurs once, so a mutant taking its first occurrence is equivalent)
+    # since the real content may be empty or occur earlier in the conversation
     marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]
     glue = render(tokenizer, marked, False, tools).rpartition(_SENTINEL)[2]
     if stopped and tokenizer.eos_token and glue.startswith(tokenizer.eos_token):

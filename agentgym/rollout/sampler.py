@@ -6,7 +6,12 @@ with their version number. It never asks how the episodes are played: in this
 process (`InProcessSampler`), on Ray workers (`agentgym.scale.samplers`), and,
 later, asynchronously or through an agent program behind an OpenAI-compatible
 endpoint. Submit and poll are separate so that such samplers can keep playing
-while the learner steps; the two here play everything submitted when polled.
+while the learner steps; the two here play what was submitted when polled with
+`wait`, and nothing meanwhile.
+
+A sampler owns the weights it samples with: `load_weights` is the one path by
+which the learner's new weights reach it. One that samples with the learner's own
+model (transformers in this process) has nothing to copy and only records the version.
 
 Every sampled token records the policy version that sampled it
 (`Trajectory.token_versions`, -1 for prompt and environment tokens).
@@ -15,6 +20,7 @@ Every sampled token records the policy version that sampled it
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -22,6 +28,7 @@ import gymnasium as gym
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from agentgym import records
 from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.policy.hf import merged_adapters
 from agentgym.rollout.episodes import TaskSpec, collect
@@ -107,7 +114,11 @@ class QueuedSampler:
         self._queued.append((specs, group_size, params, max_tokens))
 
     def poll(self, wait: bool = True) -> list[Trajectory]:
+        """With `wait`, plays everything submitted and returns it; without, returns what
+        has finished without playing more: nothing, since these play only when waited on."""
         finished: list[Trajectory] = []
+        if not wait:
+            return finished
         queued, self._queued = self._queued, []
         for specs, group_size, params, max_tokens in queued:
             played = self._play(specs, group_size, params, max_tokens)
@@ -134,6 +145,9 @@ class InProcessSampler(QueuedSampler):
         tokenizer: The policy's tokenizer.
         env_timeout_s: Seconds an environment's `reset` or `step` may take before its
             episode is given up as unscorable (`run.env_step_timeout_s`); None: no limit.
+        copies_weights: Whether `policy` samples with its own copy of the learner's
+            weights (a vLLM engine, rank 0's whole copy of a sharded learner), which
+            `load_weights` then refreshes; False when it samples with the learner's model.
     """
 
     def __init__(
@@ -142,12 +156,15 @@ class InProcessSampler(QueuedSampler):
         policy: Policy,
         tokenizer: PreTrainedTokenizerBase,
         env_timeout_s: float | None = None,
+        *,
+        copies_weights: bool = False,
     ) -> None:
         super().__init__()
         self.envs = list(envs)
         self.policy = as_policy(policy)
         self.tokenizer = tokenizer
         self.env_timeout_s = env_timeout_s
+        self.copies_weights = copies_weights
 
     def _play(
         self,
@@ -168,10 +185,14 @@ class InProcessSampler(QueuedSampler):
         )
 
     def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
-        """Records the version: the run's policy, which this sampler plays with, got the
-        weights already (the loop syncs it, since evaluations use it too)."""
+        """Copies `weights()` into the policy when it samples with its own copy of them,
+        timed as `rollout/weight_sync_seconds`; records the version either way."""
         self.version = version
-        return {}
+        if not self.copies_weights:
+            return {}
+        start = time.perf_counter()
+        self.policy.load_weights(weights())
+        return {records.WEIGHT_SYNC_SECONDS: time.perf_counter() - start}
 
     def close(self) -> None:
         for env in self.envs:

@@ -1,3 +1,4 @@
-"""A training run: the loop, its set-up, the SFT warm-up, checkpoints and resume, logs,
-health checks, signals, preflight checks and `doctor`. May import everything above it.
+"""A training run: the loop (`train`), the `record` stage, the run's set-up, the stages
+around GRPO (`phases`), the SFT warm-up, checkpoints and resume, logs, health checks,
+signals, preflight checks and `doctor`. What it may import: docs/overview.md#layout.
 """

@@ -45,11 +45,12 @@ import gymnasium as gym
 from agentgym.config import Config, ConfigError
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
 from agentgym.env.mixture import EnvMix
+from agentgym.learn.advantages import unregistered
 from agentgym.policy.chat_templates import read_chat_template
 from agentgym.policy.models import ModelNotFoundError, check_model_available
 from agentgym.run.curriculum import level_problem
 from agentgym.sandboxes import Sandbox, SandboxUnavailableError
-from agentgym.scale import dist
+from agentgym.scale import ranks
 from agentgym.tools.mcp import McpServer, McpStartError
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ def check(
         except (ValueError, OSError) as err:
             problems.append(Problem("model.chat_template", str(err)))
     problems += _env_problems(config, command)
+    if command == "train":  # after the env's module, which may register them, is imported
+        problems += [Problem(key, why) for key, why in unregistered(config.grpo).items()]
     if problems:
         lines = [f"  {p.field}: {p.message}" for p in problems]
         raise ConfigError("invalid config:\n" + "\n".join(lines))
@@ -319,6 +322,12 @@ def _demonstration_problems(config: Config, command: Command, agent: AgentEnv) -
 # -- what the backends need of this machine and this launch ----------------------------
 
 
+def check_registered(config: Config) -> None:
+    """ConfigError unless `grpo.loss` and `grpo.advantage` name registered entries."""
+    if problems := unregistered(config.grpo):
+        raise ConfigError("\n".join(f"{key}: {why}" for key, why in problems.items()))
+
+
 def require_ray() -> Any:
     """Imports Ray, or raises ConfigError naming the setting and the install command."""
     try:
@@ -348,7 +357,7 @@ def require_vllm(config: Config) -> None:
 
 def check_fsdp(config: Config) -> None:
     """Raises ConfigError for what `distributed.learner: fsdp` does not run with under torchrun."""
-    if dist.world_size() <= 1 or config.distributed.learner != "fsdp":
+    if ranks.world_size() <= 1 or config.distributed.learner != "fsdp":
         return
     if config.policy.backend != "hf":
         raise ConfigError(

@@ -28,7 +28,7 @@ from agentgym.learn.lora import wrap_lora
 from agentgym.policy.models import load_configured
 from agentgym.records import CheckpointState
 from agentgym.run.checkpoint import prune, read_state, read_trainer, save_checkpoint
-from agentgym.scale import dist
+from agentgym.scale import ranks
 
 
 @dataclass
@@ -66,18 +66,17 @@ ADAPTER_FILE = "adapter_model.safetensors"
 
 
 @dataclass
-class RunState:
-    """What a training checkpoint is written from."""
+class Trainer:
+    """The learner and where GRPO stands: what a training checkpoint is written from,
+    besides the run's config, start model and evaluations (`Trainer.save`)."""
 
-    config: Config
     learner: Learner
     tokenizer: Any
     rng: np.random.Generator
+    """The run's own generator: the task stream and the sampling seeds."""
     progress: Progress
-    results: dict[str, list[TaskResult]]
-    start_model: str | None
     unsharded: Any = None
-    """Rank 0's whole copy of a sharded learner's model (`fsdp_sync.unsharded_copy`), kept
+    """Rank 0's whole copy of a sharded learner's model (`ranks.unsharded_copy`), kept
     in step with it; None when the learner's own model is whole."""
 
     @property
@@ -85,15 +84,21 @@ class RunState:
         """The model whose weights checkpoints hold, whole, as one process saves them."""
         return self.learner.model if self.unsharded is None else self.unsharded
 
-    def save(self, step: int) -> Path:
+    def save(
+        self,
+        step: int,
+        config: Config,
+        start_model: str | None,
+        results: dict[str, list[TaskResult]],
+    ) -> Path:
         """Writes `checkpoint-{step}` (weights, optimizer, schedule, RNG states, counters,
-        the metric history, the evaluations so far) and prunes to `run.keep_last`."""
-        run = self.config.run
+        the metric history, `results`: the evaluations so far) and prunes to `run.keep_last`."""
+        run = config.run
         assert run.output is not None  # the CLI (or the caller) names the run's folder
         p = self.progress
         state = CheckpointState(
             step=step,
-            start_model=self.start_model,
+            start_model=start_model,
             history=p.history,
             best_step=p.best_step,
             skipped_steps=p.skipped_steps,
@@ -104,11 +109,11 @@ class RunState:
                 "numpy": _numpy_state(),
                 "run": self.rng.bit_generator.state,
             },
-            evals={k: [dataclasses.asdict(r) for r in v] for k, v in self.results.items()},
+            evals={k: [dataclasses.asdict(r) for r in v] for k, v in results.items()},
         ).to_json()
-        trainer = {"learner": dist.share_state(self.learner), "torch_rng": torch.get_rng_state()}
+        trainer = {"learner": ranks.share_state(self.learner), "torch_rng": torch.get_rng_state()}
         folder = save_checkpoint(
-            run.output, step, self.model, self.tokenizer, self.config, state=state, trainer=trainer
+            run.output, step, self.model, self.tokenizer, config, state=state, trainer=trainer
         )
         prune(run.output, run.keep_last)
         return folder

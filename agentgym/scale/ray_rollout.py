@@ -17,9 +17,9 @@ After each learner step the trainable weights (the LoRA adapters, or the whole
 model) reach every worker by one of two paths (`distributed.weight_sync`):
 
 - `object_store`: put once into Ray's object store (a CPU copy), and every
-  worker copies them in by name.
+  worker copies them in by name (`agentgym.sync.object_store`).
 - `collective`: broadcast from the learner, rank 0 of a torch.distributed group
-  of its own with the workers (`agentgym.scale.weight_sync`; NCCL where the weights
+  of its own with the workers (`agentgym.sync.collective`; NCCL where the weights
   and the workers are on GPUs, gloo otherwise), in buckets; every worker copies
   each bucket's tensors in by name as it arrives. The group is formed at the
   first sync and kept; a vLLM worker then hands what it received to its
@@ -65,15 +65,16 @@ import torch
 from agentgym.config import Config, DistributedConfig
 from agentgym.policy.base import SamplingParams
 from agentgym.rollout.episodes import TaskSpec
-from agentgym.scale import weight_sync
 from agentgym.scale.ray_worker import RolloutWorker
-from agentgym.scale.weight_sync import (
+from agentgym.sync import collective
+from agentgym.sync.collective import (
     GROUP_TIMEOUT_S,
     GroupAddress,
     SyncGroup,
     describe,
     serve_store,
 )
+from agentgym.sync.object_store import ObjectStore
 from agentgym.types import TrainingError, Trajectory
 
 UNAVAILABLE_WAIT_S = 60.0
@@ -138,7 +139,7 @@ class RayRollout:
         self._identities: dict[int, str] = {}
         self._devices: dict[int, str] = {}
         self._held: list[tuple[str, torch.Tensor]] = []  # the weights the workers should hold
-        self._weights: Any = None  # their ObjectRef, once put
+        self._store = ObjectStore()  # them, once put
         self._group: SyncGroup | None = None
         self._generation = 0
         try:
@@ -159,7 +160,8 @@ class RayRollout:
         start = time.perf_counter()
         # With `collective` these are the learner's own tensors, kept, not copied: a worker
         # restarted before the next sync is sent them, and they do not change until then.
-        self._held, self._weights = [(n, t.detach()) for n, t in named_tensors], None
+        self._held = [(n, t.detach()) for n, t in named_tensors]
+        self._store.drop()
         self.sync_path = self._sync_collective() if self.collective else self._sync_store()
         return time.perf_counter() - start
 
@@ -192,7 +194,7 @@ class RayRollout:
         """Puts the weights into the object store once; every worker copies them in."""
         ref = self._weights_ref()
         self._call_all("a weight sync", lambda w: self._actors[w].load_weights.remote(ref))
-        return "object_store"
+        return self._store.name
 
     def _sync_collective(self) -> str:
         """Broadcasts the weights in the group (formed first if there is none); on a
@@ -212,9 +214,9 @@ class RayRollout:
                 stacklevel=2,
             )
             self._sync_store()
-            return "object_store (collective failed)"
+            return f"{self._store.name} (collective failed)"
         assert self._group is not None
-        return f"collective ({self._group.address.backend})"
+        return self._group.name
 
     def _form_group(self) -> None:
         """Forms a new group: this process (rank 0) and every worker (ranks 1..N)."""
@@ -232,7 +234,7 @@ class RayRollout:
             len(self._actors) + 1,
             "nccl" if on_gpu else "gloo",
             self._generation,
-            weight_sync.BUCKET_BYTES,
+            collective.BUCKET_BYTES,
         )
         joins = {self._actors[w].join.remote(address, w + 1): w for w in range(len(self._actors))}
         device = self._held[0][1].device if on_gpu else torch.device("cpu")
@@ -287,9 +289,9 @@ class RayRollout:
 
     def _weights_ref(self) -> Any:
         """The ObjectRef of the weights the workers should hold; put on first need."""
-        if self._weights is None:
-            self._weights = self._ray.put({n: t.cpu() for n, t in self._held})
-        return self._weights
+        if self._store.ref is None:
+            self._store.send(self._held)
+        return self._store.ref
 
     def _call_all(
         self, what: str, call: Callable[[int], Any], workers: Iterable[int] | None = None
@@ -309,9 +311,11 @@ class RayRollout:
         while pending:
             wait_s = max(0.0, min(late for _, late in pending.values()) - time.monotonic())
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
-            if not ready:
+            if not ready:  # ray.wait may return a little early: then the first due is late
                 now = time.monotonic()
-                raise self._stuck_error([w for w, late in pending.values() if late <= now], what)
+                late = [w for w, due in pending.values() if due <= now]
+                first = min(pending.values(), key=lambda entry: entry[1])[0]
+                raise self._stuck_error(late or [first], what)
             w, _ = pending.pop(ready[0])
             try:
                 incarnation, value = self._get(ready[0], w, what)
@@ -355,7 +359,7 @@ class RayRollout:
             self._restarts[w] += 1
             self._identities[w] = identity
             self._drop_group()
-            if self._weights is None and not self._held:
+            if self._store.ref is None and not self._held:
                 return
             try:
                 ref = self._actors[w].load_weights.remote(self._weights_ref())

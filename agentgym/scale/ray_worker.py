@@ -22,11 +22,7 @@ from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout.episodes import TaskSpec
 from agentgym.rollout.sampler import play
-from agentgym.scale.weight_sync import (
-    GroupAddress,
-    SyncGroup,
-    TensorMeta,
-)
+from agentgym.sync.collective import GroupAddress, SyncGroup, TensorMeta
 
 Reply = tuple[str, Any]
 """A worker's answer: its incarnation, and the call's value."""

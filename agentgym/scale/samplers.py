@@ -25,7 +25,7 @@ from agentgym.rollout.sampler import (
     WeightSource,
     play,
 )
-from agentgym.scale import dist
+from agentgym.scale import ranks
 from agentgym.scale.ray_rollout import RayRollout, spread_groups
 from agentgym.types import Trajectory
 
@@ -63,7 +63,7 @@ class RankSampler(InProcessSampler):
     """Every torchrun rank plays its share of each step's task groups with its own copy of
     the learner's model (`distributed.learner` ddp: the copies are equal after every step);
     rank 0 gathers them, in order. The other ranks play theirs in `play_share`, called by
-    their `dist.follow` loop. Each episode draws from its own random stream (seed, task,
+    their `ranks.follow` loop. Each episode draws from its own random stream (seed, task,
     member, turn), so it does not depend on which rank plays it."""
 
     def _play(
@@ -74,10 +74,10 @@ class RankSampler(InProcessSampler):
         max_tokens: int | None,
     ) -> list[Trajectory]:
         payload = (list(specs), group_size, params, max_tokens)
-        shares = dist.share_sample(
+        shares = ranks.share_sample(
             payload, lambda: play_share(self.envs, self.policy, self.tokenizer, payload)
         )
-        spans = spread_groups(len(specs), dist.world_size())
+        spans = spread_groups(len(specs), ranks.world_size())
         out = []
         for span, played in zip(spans, shares, strict=True):
             out += [replace(t, group=t.group + span.start) for t in played]
@@ -90,7 +90,7 @@ def play_share(
     """This rank's share of a step's task groups (`spread_groups`), played; their `group`
     numbers count within the share."""
     specs, group_size, params, max_tokens = payload
-    span = spread_groups(len(specs), dist.world_size())[dist.rank()]
+    span = spread_groups(len(specs), ranks.world_size())[ranks.rank()]
     if not len(span):
         return []
     mine = specs[span.start : span.stop]
@@ -102,7 +102,7 @@ def ranks_sample(config: Config) -> bool:
     equal models) sampling with transformers in process; otherwise rank 0 samples all."""
     d = config.distributed
     return (
-        dist.active()
+        ranks.active()
         and d.learner == "ddp"
         and d.backend == "none"
         and config.policy.backend == "hf"
@@ -125,13 +125,17 @@ def make_sampler(
     tokenizer: PreTrainedTokenizerBase,
     start_model: str | None,
     weights: WeightSource,
+    learner_model: object = None,
 ) -> Sampler:
     """The run's sampler: `distributed.backend: ray` starts Ray workers that load
     `start_model` and then `weights()`; otherwise `policy` plays in `envs`
-    (`sampler_envs`; the sampler closes them), and under torchrun every rank plays its
-    share (`ranks_sample`)."""
+    (`sampler_envs`; the sampler closes them), refreshing its own copy of the weights
+    when it does not sample with `learner_model`, and under torchrun every rank plays
+    its share (`ranks_sample`)."""
     if config.distributed.backend == "ray":
         return RaySampler(RayRollout(config, start_model, weights()))
     if ranks_sample(config):
         return RankSampler(envs, policy, tokenizer)
-    return InProcessSampler(envs, policy, tokenizer, config.run.env_step_timeout_s)
+    copies = policy.model is not learner_model
+    timeout = config.run.env_step_timeout_s
+    return InProcessSampler(envs, policy, tokenizer, timeout, copies_weights=copies)

@@ -163,7 +163,7 @@ def strict_json(text: str) -> Any:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)  # None would read as False (equivalent)
+    return json.dumps(value, ensure_ascii=False)
 
 
 _FENCE = re.compile(r"\A```(?:json)?[ \t]*\n?(.*?)\n?[ \t]*```\Z", re.DOTALL)
@@ -201,7 +201,6 @@ def call_attempt(name: str, raw: Any) -> CallAttempt:
 
 def _json_type(value: Any) -> str:
     # no caller passes an object, which would be a valid call; the entry is for completeness
-    # (mutants of its wording are equivalent)
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
     if value is None:
         return "null"
@@ -231,7 +230,6 @@ def _hermes_call(value: Any) -> CallAttempt:
                 f'put the arguments of {name!r} inside "arguments": {{...}}; '
                 f"unexpected key(s) {', '.join(map(repr, extra))} in the call",
             )
-        # {} is ToolCall's default too (a mutant that drops it is equivalent)
         return CallAttempt(call=ToolCall(name=name, arguments={}), error=None)
     return call_attempt(name, value["arguments"])
 
@@ -276,13 +274,12 @@ class HermesFormat:
     def parse(self, text: str, *, truncated: bool = False) -> ParsedTurn:
         calls: list[CallAttempt] = []
         outside: list[str] = []
-        pos = 0  # find(..., None) and text[None:] read as from 0 (a None mutant is equivalent)
+        pos = 0
         while (start := text.find(self.OPEN, pos)) != -1:
             outside.append(text[pos:start])
             body_start = start + len(self.OPEN)
             end = text.find(self.CLOSE, body_start)
             reopen = text.find(self.OPEN, body_start)
-            # reopen == end cannot be: the two tags differ at that position (`<=` is equivalent)
             if end == -1 or (reopen != -1 and reopen < end):
                 calls.append(self._unclosed(truncated and reopen == -1))
                 pos = len(text) if reopen == -1 else reopen
@@ -309,7 +306,6 @@ class HermesFormat:
     def render_call(self, call: ToolCall) -> str:
         body = _dumps({"name": call.name, "arguments": dict(call.arguments)})
         # a tag inside a JSON string would end the call early; "\u003c" is the same "<"
-        # (as is "\u003C": mutants that change the hex digits' case are equivalent)
         body = body.replace(self.OPEN, "\\u003c" + self.OPEN[1:])
         body = body.replace(self.CLOSE, "\\u003c" + self.CLOSE[1:])
         return f"{self.OPEN}\n{body}\n{self.CLOSE}"
@@ -325,7 +321,6 @@ def _react_blocks(text: str) -> list[tuple[str, str]]:
     matches = list(_REACT_KEYWORD.finditer(text))
     if not matches:
         return []
-    # as many ends as matches: `strict` can never fail (mutants of it are equivalent)
     ends = [m.start() for m in matches[1:]] + [len(text)]
     return [(m.group(1), text[m.end() : end]) for m, end in zip(matches, ends, strict=True)]
 
@@ -395,8 +390,7 @@ class ReactFormat:
             follows = blocks[i + 1] if i + 1 < len(blocks) else None
             raw_input = follows[1] if follows and follows[0] == "Action Input" else None
             is_last = i + (1 if raw_input is None else 2) >= len(blocks)
-            # later lines before the input are prose; the first line is the same however many
-            # splits are made (mutants of the count are equivalent)
+            # later lines before the input are prose
             name = body.strip().split("\n", 1)[0].strip()
             calls.append(_react_call(name, raw_input, truncated and is_last))
         if final_answer is None:

@@ -43,7 +43,7 @@ from agentgym.envs.code.tasks import (
 )
 from agentgym.rewards.verifiable import combine
 from agentgym.sandboxes import Sandbox, make_sandbox
-from agentgym.sandboxes.base import SANDBOX_KINDS, SandboxKind
+from agentgym.sandboxes.contract import SANDBOX_KINDS, SandboxKind
 
 _TASK_ID = re.compile(r"(?P<family>\w+)/(?P<split>\w+)/(?P<name>\w+)")
 _FENCE = re.compile(

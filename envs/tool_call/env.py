@@ -35,7 +35,7 @@ from agentgym.types import ToolCall
 
 if TYPE_CHECKING:
     from agentgym.sandboxes import Sandbox
-    from agentgym.sandboxes.base import SandboxKind
+    from agentgym.sandboxes.contract import SandboxKind
 
 _TASK_ID = re.compile(r"(?P<family>\w+)/(?P<split>\w+)/(?P<index>\d+)")
 _TOOLS_OF = {

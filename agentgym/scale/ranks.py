@@ -9,7 +9,14 @@ learner on the batches rank 0 shares with them (`share_step`, `follow`).
 
 With `distributed.learner: fsdp` no rank holds the weights or the optimizer state
 whole; rank 0 has every rank take part when it gathers them, for its sampler
-(`share_weights`) and for a checkpoint (`share_state`); see `agentgym.scale.fsdp_sync`.
+(`share_weights`) and for a checkpoint (`share_state`). So that it can sample and save,
+rank 0 keeps a whole copy of the model (`unsharded_copy`), taken before the learner shards
+it; after every learner step its sampler gets the trainable weights into it, gathered
+from every rank (`share_weights`: with LoRA, the adapters alone). The copy is then what
+checkpoints save (`Trainer.model`), in the format one process writes; the optimizer state
+is gathered whole only when a checkpoint is written (`share_state`). The copy needs one
+device that holds the whole model: FSDP here saves the learner's memory (gradients,
+optimizer state, the KL reference), not the sampler's.
 
 In a single process rank 0's side of the protocol (`build_learner`, `share_step`,
 `release_followers`) is plain `make()` and `learner.step`. The process group and
@@ -20,12 +27,15 @@ leads and shuts down the group through one module.
 from __future__ import annotations
 
 import contextlib
+import copy
 import signal
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch
+from transformers import PreTrainedModel
 
+from agentgym.config import Config
 from agentgym.learn.dist import (
     BUCKET_BYTES,
     active,
@@ -48,6 +58,7 @@ from agentgym.learn.dist import (
     world_size,
 )
 from agentgym.learn.learner import Learner
+from agentgym.learn.lora import wrap_lora
 from agentgym.types import Batch
 
 T = TypeVar("T")
@@ -73,13 +84,36 @@ __all__ = [
     "rank",
     "release_followers",
     "shard",
+    "sharded",
     "share_sample",
     "share_state",
     "share_step",
     "share_weights",
     "shutdown",
+    "unsharded_copy",
     "world_size",
 ]
+
+
+def sharded(config: Config) -> bool:
+    """Whether the learner shards its weights: `distributed.learner` 'fsdp' in a process
+    group of more than one (in one process it is the plain learner)."""
+    return active() and config.distributed.learner == "fsdp"
+
+
+def unsharded_copy(model: PreTrainedModel, config: Config) -> PreTrainedModel:
+    """A whole copy of `model`, taken before the learner shards it, shaped as the learner
+    holds it (LoRA adapters of the same names) and in the same mode (train).
+
+    Its adapters are not the learner's: `share_weights` brings those. The global
+    RNG is left as it was, so that the run draws what a DDP run draws.
+    """
+    whole = copy.deepcopy(model)
+    if config.lora.enabled:
+        devices = [whole.device] if whole.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            whole = wrap_lora(whole, config)
+    return whole.train()
 
 
 def build_learner(make: Callable[[], Learner]) -> Learner:

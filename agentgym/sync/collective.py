@@ -14,7 +14,7 @@ The tensors go in buckets: consecutive tensors of one dtype flattened into one
 buffer of at most `BUCKET_BYTES` (a larger tensor is a bucket of its own), one
 broadcast each. Every member derives the same buckets from the same list of
 names, shapes and dtypes, which the learner sends along with the call, and the
-same bucket size, fixed for the group.
+same bucket size, fixed for the group (`agentgym.sync.buckets`).
 
 A group has fixed members: a member that dies cannot be replaced in it. The
 owner (`agentgym.scale.ray_rollout`) drops the whole group then and forms a new one.
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+
+from agentgym.sync import NamedTensors, buckets
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroupGloo, ProcessGroupNCCL
@@ -66,7 +68,7 @@ class GroupAddress:
     bucket_bytes: int = BUCKET_BYTES  # every member cuts the same buckets
 
 
-def describe(tensors: Sequence[tuple[str, torch.Tensor]]) -> list[TensorMeta]:
+def describe(tensors: NamedTensors) -> list[TensorMeta]:
     """The names, shapes and dtypes of `tensors`, in order."""
     return [TensorMeta(n, tuple(t.shape), t.dtype) for n, t in tensors]
 
@@ -74,16 +76,7 @@ def describe(tensors: Sequence[tuple[str, torch.Tensor]]) -> list[TensorMeta]:
 def plan_buckets(metas: Sequence[TensorMeta], limit: int = BUCKET_BYTES) -> list[list[int]]:
     """Indices of `metas` per bucket: runs of consecutive tensors of one dtype, each run
     cut before the tensor that would take it past `limit` bytes."""
-    buckets: list[list[int]] = []
-    size = 0
-    for i, m in enumerate(metas):
-        nbytes = m.numel * m.dtype.itemsize
-        if not buckets or metas[buckets[-1][0]].dtype != m.dtype or size + nbytes > limit:
-            buckets.append([])
-            size = 0
-        buckets[-1].append(i)
-        size += nbytes
-    return [b for b in buckets if b]
+    return buckets.plan([(m.dtype, m.numel * m.dtype.itemsize) for m in metas], limit)
 
 
 def serve_store(host: str) -> torch.distributed.TCPStore:
@@ -110,7 +103,8 @@ def serve_store(host: str) -> torch.distributed.TCPStore:
 
 
 class SyncGroup:
-    """One member's side of the group; rank 0 (the learner) sends, the others receive.
+    """One member's side of the group; rank 0 (the learner) sends (a `Transport`), the
+    others receive.
 
     Building it blocks until every member has joined (gloo) or, for NCCL, until the
     first broadcast.
@@ -135,6 +129,7 @@ class SyncGroup:
         from torch.distributed import PrefixStore, TCPStore
 
         self.address, self.rank = address, rank
+        self.name = f"collective ({address.backend})"
         if store is None:
             store = TCPStore(address.host, address.port, is_master=False, timeout=_timeout())
         # rank 0's serves the group: it must live as long as the group
@@ -164,11 +159,13 @@ class SyncGroup:
             self._pg = ProcessGroupGloo(prefixed, rank, address.world_size, options)
             self.device = torch.device("cpu")
 
-    def send(self, tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
-        """Rank 0: broadcasts `tensors`, bucket by bucket (one bucket's buffer at a time)."""
-        metas = describe(tensors)
+    def send(self, named_tensors: NamedTensors) -> None:
+        """Rank 0: broadcasts `named_tensors`, bucket by bucket (one bucket's buffer at a time)."""
+        metas = describe(named_tensors)
         for bucket in plan_buckets(metas, self.address.bucket_bytes):
-            flat = torch.cat([tensors[i][1].detach().reshape(-1).to(self.device) for i in bucket])
+            flat = torch.cat(
+                [named_tensors[i][1].detach().reshape(-1).to(self.device) for i in bucket]
+            )
             self._broadcast(flat)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # sent, not only queued: the time is honest

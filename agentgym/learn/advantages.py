@@ -1,0 +1,114 @@
+"""The `advantages` stage: advantage estimators, registered by name (`grpo.advantage`).
+
+An estimator is a function `fn(record, grpo) -> Tensor`: from a scored step record
+(`agentgym.types.StepRecord`: its trajectories, `rewards` [N] with NaN where an episode
+is unscorable, `scorable` [N]) and the config's `grpo` section, the advantage of every
+target token, [N, T], aligned as `agentgym.types.sampled_targets` aligns them (position t
+is token t + 1 of the trajectory; T is the longest trajectory's length - 1). Only the
+positions of sampled tokens are read; the learner carries the rows through dropped groups,
+micro-batches and packing. Users add theirs with `register_advantage`, as losses are added
+with `agentgym.learn.losses.register_policy_loss`:
+
+    @register_advantage("last_turn_double")
+    def last_turn_double(record, grpo):
+        ...
+
+`group` is GRPO's (`agentgym.learn.grpo.group_advantages`): one group-relative value per
+trajectory, on each of its sampled tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+
+from agentgym.config import GRPOConfig
+from agentgym.learn import grpo
+from agentgym.types import StepRecord, sampled_targets
+
+AdvantageFn = Callable[[StepRecord, GRPOConfig], Tensor]
+
+ADVANTAGES: dict[str, AdvantageFn] = {}
+"""Every registered advantage estimator, by name (`grpo.advantage`)."""
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator adding an estimator to ADVANTAGES under `name`; a taken name is a ValueError."""
+
+    def add(fn: AdvantageFn) -> AdvantageFn:
+        if name in ADVANTAGES:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGES[name] = fn
+        return fn
+
+    return add
+
+
+def get_advantage(name: str) -> AdvantageFn:
+    """The estimator called `name`; ValueError listing the registered names otherwise."""
+    if name not in ADVANTAGES:
+        known = ", ".join(sorted(ADVANTAGES))
+        raise ValueError(f"unknown advantage estimator {name!r}; registered: {known}")
+    return ADVANTAGES[name]
+
+
+def unregistered(g: GRPOConfig) -> dict[str, str]:
+    """The `grpo` fields that name no registered loss or estimator, each with the message
+    that says so: checked as a run starts, after the user's modules registered theirs."""
+    problems = {}
+    if g.loss not in grpo.LOSSES:
+        problems["grpo.loss"] = (
+            f"unknown loss {g.loss!r}; registered: {', '.join(sorted(grpo.LOSSES))}"
+        )
+    if g.advantage not in ADVANTAGES:
+        problems["grpo.advantage"] = (
+            f"unknown advantage estimator {g.advantage!r}; registered: "
+            f"{', '.join(sorted(ADVANTAGES))}"
+        )
+    return problems
+
+
+@register_advantage("group")
+def group(record: StepRecord, g: GRPOConfig) -> Tensor:
+    """GRPO's group-relative advantage of each trajectory (`grpo.scale_rewards` divides
+    it), on every token it sampled."""
+    assert record.rewards is not None  # `advantages` checked that it was scored
+    per_row = grpo.group_advantages(
+        record.rewards, g.group_size, scale=g.scale_rewards, scorable=record.scorable
+    )
+    return per_row[:, None] * sampled_targets(record.trajectories)
+
+
+def advantages(record: StepRecord, g: GRPOConfig) -> StepRecord:
+    """`record` with its per-token `advantages` from the estimator `grpo.advantage`, and
+    its `flat_groups`. The groups are checked first: G contiguous samples of one task each.
+
+    Raises:
+        TrainingError: when the samples do not come in groups (`grpo.check_groups`).
+        ValueError: when the record was not scored, or the estimator's tensor is not [N, T].
+    """
+    record.require("rewards", "scorable")
+    assert record.rewards is not None
+    trajectories = record.trajectories
+    grpo.check_groups(
+        [t.task_id for t in trajectories], [t.group for t in trajectories], g.group_size
+    )
+    values = get_advantage(g.advantage)(record, g)
+    want = (len(trajectories), max([len(t.tokens) - 1 for t in trajectories] + [0]))
+    if tuple(values.shape) != want:
+        raise ValueError(
+            f"advantage estimator {g.advantage!r} returned a tensor of shape "
+            f"{tuple(values.shape)}; it must be [N, T] = {want}: one value per target token "
+            "of each trajectory (see agentgym.types.sampled_targets)"
+        )
+    return replace(record, advantages=values, flat_groups=flat_groups(record.rewards, g.group_size))
+
+
+def flat_groups(rewards: Tensor, group_size: int) -> Tensor:
+    """[N / G] bool: the group's scored rewards (those not NaN) are all equal, or fewer
+    than two of them are scored: it gives no learning signal."""
+    groups = rewards.split(group_size)
+    return torch.tensor([grpo.zero_variance_fraction(r, group_size) == 1.0 for r in groups])

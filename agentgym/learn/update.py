@@ -1,0 +1,70 @@
+"""The `update` stage of a training step: from the step's advantages to the learner's update.
+
+The batch is built from the trajectories (groups whose rewards are all equal left out
+when asked, truncated episodes masked when asked), corrected for a vLLM sampler's
+logprob mismatch, and stepped on `grpo.num_iterations` times by `step`: the learner's
+own, or, under torchrun, rank 0's that every rank takes part in
+(`agentgym.scale.ranks.share_step`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+
+from agentgym import records
+from agentgym.config import Config
+from agentgym.learn.learner import Learner
+from agentgym.types import Batch, StepRecord
+
+LearnerStep = Callable[[Learner, Batch, float | None], dict[str, float]]
+"""Takes one optimizer step of the learner on a batch with a KL coefficient; its metrics."""
+
+
+def own_step(learner: Learner, batch: Batch, beta: float | None) -> dict[str, float]:
+    """The learner's step in this process alone."""
+    return learner.step(batch, beta=beta)
+
+
+def update(
+    record: StepRecord,
+    learner: Learner,
+    config: Config,
+    pad_id: int,
+    beta: float | None = None,
+    step: LearnerStep = own_step,
+) -> StepRecord:
+    """`record` with its `stats`: the means of `grpo.num_iterations` learner steps on its batch.
+
+    Groups whose rewards are all equal (`record.flat_groups`) are left out first with
+    `grpo.drop_zero_variance_groups`, and episodes cut at the token budget are masked
+    out of the loss with `grpo.mask_truncated_completions`. Later iterations compare
+    against the same stored old logprobs: the sampler's, or, with a vLLM sampler, the
+    learner's own, recomputed first, with truncated importance weights for the
+    sampler's (`Learner.correct_mismatch`). `beta` is the step's KL coefficient (None:
+    the learner's). A step with no row left takes no learner step.
+    """
+    record.require("advantages", "flat_groups")
+    assert record.advantages is not None and record.flat_groups is not None
+    g, trajectories = config.grpo, record.trajectories
+    # an episode whose reset failed has no tokens to learn from (its advantage is 0)
+    keep = torch.tensor([len(t.tokens) > 0 for t in trajectories], dtype=torch.bool)
+    stats: dict[str, float] = {}
+    if g.drop_zero_variance_groups:
+        keep &= ~record.flat_groups.repeat_interleave(g.group_size)
+        stats[records.DROPPED_GROUPS] = float(record.flat_groups.sum())
+    if not keep.any():
+        return replace(record, stats=stats)
+    kept = [t for t, k in zip(trajectories, keep.tolist(), strict=True) if k]
+    batch = Batch.from_trajectories(kept, record.advantages[keep], pad_id)
+    if g.mask_truncated_completions:
+        complete = torch.tensor([not t.truncated for t in kept], dtype=batch.loss_mask.dtype)
+        batch = batch.masked_rows(complete)
+    if config.policy.backend == "vllm":
+        batch, mismatch = learner.correct_mismatch(batch)
+        stats.update(mismatch)
+    runs = [step(learner, batch, beta) for _ in range(g.num_iterations)]
+    stats.update({key: sum(r[key] for r in runs) / len(runs) for key in runs[0]})
+    return replace(record, stats=stats)
