@@ -116,8 +116,8 @@ sabotage "the loss mask shifted by one token (rollout)" agentgym/rollout/episode
     tests/test_rollout_mask_exact.py::test_the_mask_is_one_exactly_on_the_sampled_ids_and_their_logprobs_kept
 
 sabotage "the loss mask shifted by one token (batch)" agentgym/types.py \
-    "torch.tensor(t.loss_mask[1:], dtype=torch.float32)" \
-    "torch.tensor(t.loss_mask[:-1], dtype=torch.float32)" \
+    "loss_mask[i, : k - 1] = torch.tensor(t.loss_mask[1:], dtype=torch.float32)" \
+    "loss_mask[i, : k - 1] = torch.tensor(t.loss_mask[:-1], dtype=torch.float32)" \
     tests/test_rollout.py::test_batch_aligns_masks_and_logprobs_with_target_tokens
 
 sabotage "tool-result tokens given mask 1" agentgym/rollout/episodes.py \
