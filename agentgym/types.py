@@ -297,12 +297,16 @@ class Batch:
         )
 
 
+def target_width(trajectories: Sequence[Trajectory]) -> int:
+    """T of the per-target tensors of `trajectories`: the longest one's length - 1 (0: none)."""
+    return max([len(t.tokens) - 1 for t in trajectories] + [0])
+
+
 def sampled_targets(trajectories: Sequence[Trajectory]) -> torch.Tensor:
     """[N, T] float: 1 where row i's target token t + 1 was sampled by the policy, aligned
     as `Batch` aligns its loss mask (position t predicts token t + 1), with T the longest
     trajectory's length - 1 (0 for a trajectory without tokens)."""
-    width = max([len(t.tokens) - 1 for t in trajectories] + [0])
-    mask = torch.zeros((len(trajectories), width), dtype=torch.float32)
+    mask = torch.zeros((len(trajectories), target_width(trajectories)), dtype=torch.float32)
     for i, t in enumerate(trajectories):
         if len(t.tokens) > 1:
             mask[i, : len(t.tokens) - 1] = torch.tensor(t.loss_mask[1:], dtype=torch.float32)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from agentgym.learn.advantages import flat_groups
+from agentgym.learn.grpo import flat_groups
 from agentgym.learn.update import own_step, update
 from agentgym.types import StepRecord, sampled_targets
 
@@ -22,7 +22,7 @@ def record_of(trajectories, rewards: torch.Tensor, advantages: torch.Tensor, gro
         rewards=rewards,
         scorable=scorable,
         advantages=advantages[:, None] * sampled_targets(trajectories),
-        flat_groups=flat_groups(rewards, group_size),
+        flat_groups=flat_groups(rewards, group_size, scorable=scorable),
     )
 
 

@@ -22,12 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-import torch
 from torch import Tensor
 
 from agentgym.config import GRPOConfig
 from agentgym.learn import grpo
-from agentgym.types import StepRecord, sampled_targets
+from agentgym.types import StepRecord, sampled_targets, target_width
 
 AdvantageFn = Callable[[StepRecord, GRPOConfig], Tensor]
 
@@ -97,18 +96,12 @@ def advantages(record: StepRecord, g: GRPOConfig) -> StepRecord:
         [t.task_id for t in trajectories], [t.group for t in trajectories], g.group_size
     )
     values = get_advantage(g.advantage)(record, g)
-    want = (len(trajectories), max([len(t.tokens) - 1 for t in trajectories] + [0]))
+    want = (len(trajectories), target_width(trajectories))
     if tuple(values.shape) != want:
         raise ValueError(
             f"advantage estimator {g.advantage!r} returned a tensor of shape "
             f"{tuple(values.shape)}; it must be [N, T] = {want}: one value per target token "
             "of each trajectory (see agentgym.types.sampled_targets)"
         )
-    return replace(record, advantages=values, flat_groups=flat_groups(record.rewards, g.group_size))
-
-
-def flat_groups(rewards: Tensor, group_size: int) -> Tensor:
-    """[N / G] bool: the group's scored rewards (those not NaN) are all equal, or fewer
-    than two of them are scored: it gives no learning signal."""
-    groups = rewards.split(group_size)
-    return torch.tensor([grpo.zero_variance_fraction(r, group_size) == 1.0 for r in groups])
+    flat = grpo.flat_groups(record.rewards, g.group_size, scorable=record.scorable)
+    return replace(record, advantages=values, flat_groups=flat)

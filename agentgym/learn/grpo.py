@@ -184,7 +184,13 @@ def zero_variance_fraction(
     `scorable` [N] is False are ignored, and a group with fewer than two scored rewards
     counts as zero-variance.
     """
-    return _all_equal(*_grouped(rewards, group_size, scorable)).float().mean().item()
+    return flat_groups(rewards, group_size, scorable=scorable).float().mean().item()
+
+
+def flat_groups(rewards: Tensor, group_size: int, *, scorable: Tensor | None = None) -> Tensor:
+    """[N/G] bool: the group's scored rewards are all equal, or fewer than two are scored
+    (as `zero_variance_fraction` counts them); it gives no learning signal."""
+    return _all_equal(*_grouped(rewards, group_size, scorable))
 
 
 def _grouped(

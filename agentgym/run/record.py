@@ -43,7 +43,7 @@ def step_metrics(record: StepRecord, beta: float, length_penalty: float) -> dict
     assert record.rewards is not None and record.flat_groups is not None  # after the update
     trajectories = record.trajectories
     seconds = float(record.timings[records.STEP_SECONDS])
-    sampled = sum(sum(t.loss_mask) for t in trajectories)
+    sampled = sum(t.completion_length for t in trajectories)
     metrics: dict[str, float | str] = {
         **rollout_metrics(trajectories),
         **failure_metrics(trajectories),
