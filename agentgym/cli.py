@@ -1,4 +1,4 @@
-"""The `agentgym` command: train, sft, eval, envs, doctor."""
+"""The `agentgym` command: train, sft, rft, eval, serve, envs, doctor."""
 
 from __future__ import annotations
 
@@ -13,14 +13,25 @@ from typing import Any, NoReturn
 
 from agentgym.config import Config, ConfigError, EvalConfig
 from agentgym.config_cli import add_config_arguments, load, version
+from agentgym.extras import MissingExtraError, require_serve
+
+AGENT_FLAG_HELP = (
+    "an agent program that plays the episodes through the OpenAI-compatible endpoint: "
+    "module:function or file.py:function (run.agent; docs/agents.md)"
+)
 
 
-def _run_parser(sub, name: str, help_text: str, steps_field: str) -> None:
+def _run_parser(
+    sub, name: str, help_text: str, steps_field: str, steps_flag: str = "--steps"
+) -> None:
     p = sub.add_parser(name, help=help_text)
     p.add_argument("--env", help="math, a registered id, or module:Env-v0 (run.env)")
     p.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (model.name)")
     p.add_argument("--config", type=Path, help="YAML config; flags and --set override it")
-    p.add_argument("--steps", type=int, help=f"steps ({steps_field})")
+    what = steps_flag.removeprefix("--")
+    p.add_argument(
+        steps_flag, dest="steps", type=int, metavar=what.upper(), help=f"{what} ({steps_field})"
+    )
     p.set_defaults(steps_field=steps_field)
     p.add_argument("--output", type=Path, help="run directory (run.output)")
     p.add_argument(
@@ -48,6 +59,7 @@ def _train_parser(sub: Any) -> None:
         choices=["hf", "vllm"],
         help="what samples the rollouts: transformers or a vLLM engine (policy.backend)",
     )
+    train.add_argument("--agent", metavar="MODULE:FUNCTION", help=AGENT_FLAG_HELP)
     train.add_argument(
         "--distributed",
         choices=["none", "ray"],
@@ -66,6 +78,34 @@ def _train_parser(sub: Any) -> None:
     )
 
 
+def _serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="Serve a model behind an OpenAI-compatible endpoint.")
+    p.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (model.name)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("--policy", choices=["hf", "vllm"], help="sampling backend (policy.backend)")
+    p.add_argument("--api-key", help="requests must send it as 'Authorization: Bearer <key>'")
+    p.add_argument("--config", type=Path, help="YAML config (model, sampling, run.env_kwargs)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override a config field: run.env_kwargs.tool_format (auto, hermes, react), "
+        "sampling.max_new_tokens (a request's default limit), model.chat_template",
+    )
+
+
+def _export_parser(sub: Any) -> None:
+    ex = sub.add_parser("export", help="Write a run's model as a folder other tools load.")
+    ex.add_argument("source", type=Path, metavar="RUN_OR_CHECKPOINT")
+    ex.add_argument("--output", type=Path, required=True, help="a new or empty folder")
+    ex.add_argument("--merge", action="store_true", help="merge LoRA adapters into the base")
+    ex.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default: as trained")
+    ex.add_argument("--push-to-hub", metavar="REPO", help="upload the folder to this hub repo")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentgym", description="Train tool-calling LLM agents with GRPO."
@@ -74,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
     _run_parser(sub, "sft", "Supervised warm-up on the environment's demonstrations.", "sft.steps")
+    rft_help = "Rejection-sampling fine-tuning: SFT on the policy's own verified episodes."
+    _run_parser(sub, "rft", rft_help, "rft.rounds", "--rounds")
     ev = sub.add_parser("eval", help="Evaluate a model on an environment's held-out tasks.")
     ev.add_argument("--env", help="math, a registered id, or module:Env-v0 (run.env)")
     ev.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (model.name)")
@@ -85,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--n", type=int, metavar="N", help=n_help)
     ev.add_argument("--k", type=int, default=None, help="k of pass@k and maj@k (default: n)")
     ev.add_argument("--baseline", help="a second model, played on the same tasks and compared")
+    ev.add_argument("--agent", metavar="MODULE:FUNCTION", help=AGENT_FLAG_HELP)
     ev.add_argument("--output", type=Path, help="report folder (default runs/eval-<env>-<time>)")
     ev.add_argument(
         "--set",
@@ -94,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.FIELD=VALUE",
         help="override any config field",
     )
+    _serve_parser(sub)
+    _export_parser(sub)
     sub.add_parser("envs", help="List the registered agent environments.")
     doctor = sub.add_parser("doctor", help="Check a model's chat template for tool use.")
     doctor.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (default)")
@@ -116,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.FIELD=VALUE",
         help="config overrides; model.chat_template and run.env_kwargs.tool_parser are read",
     )
-    for name in ("train", "sft", "eval"):
+    for name in ("train", "sft", "rft", "eval"):
         add_config_arguments(sub.choices[name])  # last: every field, as --section.field VALUE
     return parser
 
@@ -129,6 +174,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         args.steps_field: args.steps,
         "run.output": str(args.output) if args.output else None,
         "policy.backend": getattr(args, "policy", None),  # train's flags only
+        "run.agent": getattr(args, "agent", None),
         "distributed.backend": getattr(args, "distributed", None),
         "distributed.rollout_workers": getattr(args, "rollout_workers", None),
         "distributed.ray_address": getattr(args, "ray_address", None),
@@ -220,6 +266,18 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rft(args: argparse.Namespace) -> int:
+    from agentgym.run.rft import check_rft, rft
+
+    config = config_from_args(args)
+    check_rft(config)  # every problem, before a model loads
+    assert config.run.output is not None  # config_from_args names one
+    if (config.run.output / "metrics.jsonl").exists():
+        raise ConfigError(f"run.output {str(config.run.output)!r} already holds a run")
+    print(f"checkpoint written to {rft(config)}")
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentgym.eval.command import run_eval
     from agentgym.run.preflight import check
@@ -230,6 +288,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "eval.split": args.split,
         "eval.tasks": args.tasks,
         "eval.n": args.n,
+        "run.agent": args.agent,
     }
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
     config = load(args.config, [*args.overrides, *named])
@@ -292,6 +351,36 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if all(results) else 1
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    require_serve("agentgym serve")
+    from agentgym.serve.endpoint import run_serve
+
+    flags = {"model.name": args.model, "policy.backend": args.policy}
+    named = [f"{k}={v}" for k, v in flags.items() if v is not None]
+    config = load(args.config, [*args.overrides, *named])
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port {args.port}: give a port from 1 to 65535")
+    run_serve(config, args.host, args.port, args.api_key)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from agentgym.run.export import export
+
+    try:
+        out = export(
+            args.source,
+            args.output,
+            merge=args.merge,
+            dtype=args.dtype,
+            push_to_hub=args.push_to_hub,
+        )
+    except (FileNotFoundError, FileExistsError) as err:
+        raise ConfigError(str(err)) from None
+    print(f"exported to {out}")
+    return 0
+
+
 def _first_doc_line(module: str, cls_name: str) -> str:
     import importlib
 
@@ -327,13 +416,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {
         "train": cmd_train,
         "sft": cmd_sft,
+        "rft": cmd_rft,
         "eval": cmd_eval,
         "envs": cmd_envs,
         "doctor": cmd_doctor,
+        "serve": cmd_serve,
+        "export": cmd_export,
     }
     try:
         return commands[args.command](args)
-    except (ConfigError, UnknownEnvError, ModelNotFoundError) as err:
+    except (ConfigError, UnknownEnvError, ModelNotFoundError, MissingExtraError) as err:
         print(f"agentgym {args.command}: error: {err}", file=sys.stderr)
         return 2
     except TrainingError as err:

@@ -79,6 +79,11 @@ FAILED_FRACTION = declare(
 )
 TOOL_CALLS = declare("tools/calls_per_episode", "Tool calls per episode.")
 TOOL_ERROR_RATE = declare("tools/error_rate", "Failed tool calls per call.")
+SPLIT_SAMPLES = declare(
+    "agent/split_samples",
+    "Samples beyond the first of the step's agent episodes (run.agent): the agent rewrote its "
+    "history, and each sample trains with the episode's advantage, weighted.",
+)
 ENV_PREFIX = "env/"
 """Figures of one member of an env mix (`run.envs`): env/<name>/reward/mean and
 env/<name>/correctness_rate."""
@@ -89,6 +94,16 @@ def env_metric(name: str, metric: str) -> str:
     return f"{ENV_PREFIX}{name}/{metric}"
 
 
+CATEGORY_PREFIX = "category/"
+"""Figures of the episodes of one task category (a data file's `category_column`,
+FunctionCalls-v0's kinds): category/<label>/reward/mean and category/<label>/correctness_rate."""
+
+
+def category_metric(label: str, metric: str) -> str:
+    """The key of `metric` over the episodes of tasks of category `label`."""
+    return f"{CATEGORY_PREFIX}{label}/{metric}"
+
+
 TOOL_ERRORS_PREFIX = "tools/error_rate/"
 """Failed calls per call of one kind: tools/error_rate/<kind> (unknown_tool, ...)."""
 REWARD_PENALISED = declare("reward/penalised_mean", "Mean reward after grpo.length_penalty.")
@@ -96,7 +111,11 @@ ZERO_VARIANCE = declare("zero_variance_groups", "Share of groups whose rewards w
 DROPPED_GROUPS = declare("dropped_groups", "Groups left out (grpo.drop_zero_variance_groups).")
 
 # -- the learner --
-LOSS = declare("loss/policy", "The clipped surrogate plus beta x KL, as the loss option sums it.")
+LOSS = declare(
+    "loss/policy",
+    "The clipped surrogate, aggregated as the loss option says; the loss minimised is it "
+    "plus beta x kl.",
+)
 KL = declare("kl", "The k3 (or chosen) estimate of KL to the reference.", panel=KL_PANEL)
 CLIP_FRACTION = declare("clip_fraction", "Share of trained tokens whose ratio was clipped.")
 ENTROPY = declare(
@@ -357,6 +376,11 @@ def metrics_markdown() -> str:
         timing = "yes" if m.timing else ""
         lines.append(f"| `{m.key}` | {m.description} | {timing} | {m.panel or ''} |")
     lines.append(f"| `{TOOL_ERRORS_PREFIX}<kind>` | Failed tool calls of that kind per call. | | |")
+    for prefix, what in ((ENV_PREFIX, "member of an env mix"), (CATEGORY_PREFIX, "task category")):
+        for metric in (REWARD_MEAN, CORRECTNESS_RATE):
+            lines.append(
+                f"| `{prefix}<name>/{metric}` | `{metric}` over one {what}'s episodes. | | |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -105,6 +105,8 @@ class Trajectory:
     reward_error: str | None = None
     token_versions: tuple[int, ...] = ()
     env: str | None = None
+    category: str | None = None
+    split_samples: tuple[Trajectory, ...] = ()
     """`turn_spans[k]` is the [start, end) of turn k's sampled ids in `tokens`.
     `counts` sums the numeric counters environments report in `info` over the
     episode: "tool_calls" and "tool_errors/<kind>". `error` is the exception
@@ -113,7 +115,11 @@ class Trajectory:
     environment's reward is not finite). `token_versions[i]` is the policy version
     that sampled `tokens[i]` (-1 where the policy did not sample it); empty until a
     `Sampler` stamps it. `env` names the member of an env mix (`agentgym.env.mixture`)
-    that played the episode; None outside a mix."""
+    that played the episode; None outside a mix. `category` is the task's category, as
+    the env's `info["category"]` gives it at reset; None without one. `split_samples` are
+    the episode's earlier samples when it was played by an agent program that rewrote its
+    history (`agentgym.serve.recorder`): each is trained on with this one's advantage,
+    weighted as `agentgym.learn.advantages.split_weights` says; empty otherwise."""
 
     def __post_init__(self) -> None:
         # the learner pairs these position by position (`Batch.from_trajectories`): a

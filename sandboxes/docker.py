@@ -58,7 +58,10 @@ IMAGE = "agentgym-sandbox:py311"
 """The image tag `sandboxes/docker_setup.sh` builds; keep the two in step."""
 LABEL = "org.agentgym.sandbox"
 """Label on every container this module creates, to find leftovers."""
-SETUP_HINT = "run `bash sandboxes/docker_setup.sh` (as root) to start an engine and build the image"
+SETUP_HINT = (
+    "run `python -m agentgym.sandboxes.docker_setup` (as root) to start an engine and build "
+    "the image"
+)
 PIDS_LIMIT = 64
 TMPFS_SIZE = "64m"
 MAX_OUTPUT_BYTES = 1_000_000

@@ -125,9 +125,22 @@ sabotage "tool-result tokens given mask 1" agentgym/rollout/episodes.py \
     tests/test_tool_rollout.py::test_mask_is_one_exactly_on_the_policys_tokens
 
 sabotage "tool text tokenized with special tokens parsed" agentgym/rollout/episodes.py \
-    "    return encode_rendered(tokenizer, Rendered(glue + after[len(before) :], forged))" \
-    "    return tokenizer.encode(glue + after[len(before) :], add_special_tokens=False)" \
+    "    return encode_rendered(tokenizer, Rendered(text[cut:], forged))" \
+    "    return tokenizer.encode(text[cut:], add_special_tokens=False)" \
     "tests/test_special_tokens.py::test_a_tool_that_returns_turn_markers_cannot_forge_a_turn[tiny-random]"
+
+# -- function calls judged ---------------------------------------------------------------------
+
+sabotage "extra calls not counted against the tool part" agentgym/rewards/calls.py \
+    "    return max(-1.0, (paid - 0.5 * match.extra) / len(match.expected))" \
+    "    return max(-1.0, paid / len(match.expected))" \
+    tests/test_call_matching.py::test_extra_calls_count_against_and_the_seed_part_floors_at_minus_one
+
+sabotage "an expected call of a function the row does not offer let through" envs/tasks/table.py \
+    "        if spec.name not in offered:" "        if spec.name not in offered:
+            continue  # planted: an unoffered function let through
+        if False:" \
+    tests/test_calls_env.py::test_malformed_rows_are_refused_by_line_before_anything_runs
 
 # -- the failure policy ---------------------------------------------------------------------
 
@@ -182,6 +195,36 @@ sabotage "the sandbox sharing the host's network" sandboxes/local.py \
 sabotage "the weight-sync TCPStore listening on every interface" agentgym/sync/collective.py \
     '        listener.bind(address)' '        listener.bind(("0.0.0.0", 0))' \
     tests/test_weight_sync.py::test_the_store_listens_on_the_address_it_is_given_only
+
+# -- the endpoint and agent programs -----------------------------------------------------
+
+sabotage "an agent's sampled turn re-tokenized from its text" agentgym/serve/recorder.py \
+    '        sample.extend(gen.ids, gen, version)' \
+    '        sample.extend(self._ids(self.text(prepared, gen))[: len(gen.ids)], gen, version)' \
+    tests/test_serve.py::test_an_episodes_requests_are_one_sample_of_exactly_the_ids_sampled
+
+sabotage "split samples left at full weight" agentgym/learn/advantages.py \
+    '    return [1.0 / count] * count' '    return [1.0] * count' \
+    tests/test_agents.py::test_split_samples_train_with_the_episodes_advantage_weighted
+
+sabotage "an agent's exception ending the run" agentgym/serve/agents.py \
+    '        except Exception as err:  # the agent'"'"'s bug fails its episode, not the run' \
+    '        except ArithmeticError as err:  # the agent'"'"'s bug fails its episode, not the run' \
+    tests/test_agents.py::test_a_faulty_agent_makes_an_unscorable_episode_and_leaves_no_port_open
+
+sabotage "an agent's episode stepped past the registered turn limit" agentgym/serve/agents.py \
+    '        agent_task = AgentTask(task.task_id, opening, tools, task, env)' \
+    '        agent_task = AgentTask(task.task_id, opening, tools, task, env.unwrapped)' \
+    tests/test_agents.py::test_the_registered_turn_limit_ends_an_agents_episode_as_it_ends_the_rollouts
+
+sabotage "a checkpoint naming a folder of its run by its absolute path" agentgym/run/checkpoint.py \
+    '        return os.path.relpath(path.resolve(), Path(origin).resolve())' \
+    '        return str(path.resolve())' \
+    tests/test_resume.py::test_resume_with_sft_and_evals_is_bitwise_one_run_after_the_folder_moved
+
+sabotage "the endpoint listening on every interface" agentgym/serve/app.py \
+    '        config = uvicorn.Config(app, host=host,' '        config = uvicorn.Config(app, host="0.0.0.0",' \
+    tests/test_serve.py::test_the_server_listens_on_loopback_only
 
 if [ "$missed" -gt 0 ]; then
     echo "sabotage: $missed of $planted planted bug(s) not caught by their tests"

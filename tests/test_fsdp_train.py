@@ -71,8 +71,12 @@ def runs(request, tmp_path_factory) -> dict[str, Path]:
 
 def _trained(checkpoint: Path) -> dict[str, torch.Tensor]:
     """A checkpoint's trained weights: its LoRA adapters, or its whole model."""
-    adapters = checkpoint / "adapter_model.safetensors"
-    return load_file(adapters if adapters.is_file() else checkpoint / "model.safetensors")
+    found = [
+        checkpoint / "adapter_model.safetensors",
+        checkpoint / "adapter" / "adapter_model.safetensors",
+    ]
+    adapters = [f for f in found if f.is_file()]
+    return load_file(adapters[0] if adapters else checkpoint / "model.safetensors")
 
 
 def _optimizer(checkpoint: Path) -> dict[int, dict[str, torch.Tensor]]:
@@ -191,7 +195,7 @@ def test_the_whole_pipeline_runs_under_fsdp_and_keeps_the_best_weights(tmp_path)
     if best != 3:  # the steps moved the weights after the best one
         last = _trained(out / "checkpoint-000003")
         assert _largest_change(_trained(out / "checkpoint-best"), last) > 50 * TOLERANCE
-    adapter = json.loads((out / "checkpoint-best" / "adapter_config.json").read_text())
-    assert adapter["base_model_name_or_path"] == str((out / "checkpoint-sft").resolve())
+    adapter = json.loads((out / "checkpoint-best" / "adapter" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == "../../checkpoint-sft"  # relative: it travels
     report = json.loads((out / "report" / "report.json").read_text())
     assert list(report["models"]) == ["start", "sft", f"best@{best}"]

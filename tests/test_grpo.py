@@ -371,6 +371,19 @@ def test_batch_and_no_reward_scaling():
         group_advantages(rewards, 4, scale="rank")
 
 
+def test_trls_unbiased_std_and_eps_by_hand():
+    # G = 4, rewards [1 0 0 0]: centred [.75 -.25 -.25 -.25], squares sum to 0.75: the
+    # population std is sqrt(0.75 / 4) = 0.4330127, the unbiased one sqrt(0.75 / 3) = 0.5.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+    close(group_advantages(rewards, 4)[:4], [0.75 / 0.4330127, *[-0.25 / 0.4330127] * 3])
+    close(group_advantages(rewards, 4, unbiased=True), [1.5, -0.5, -0.5, -0.5, 0.5, 0.5, 0.5, -1.5])
+    trl = group_advantages(rewards, 4, 1e-4, unbiased=True)  # TRL: / (std + 1e-4)
+    close(trl[:2], [0.75 / 0.5001, -0.25 / 0.5001])
+    # the batch of 8 has mean 0.5 and squares summing to 2: unbiased std sqrt(2 / 7)
+    batch = group_advantages(rewards, 4, scale="batch", unbiased=True)
+    close(batch[:2], [0.75 / (2 / 7) ** 0.5, -0.25 / (2 / 7) ** 0.5])
+
+
 def test_dr_grpo_divides_by_a_constant_not_the_width():
     # The hand example's row sums are -2.2 and 7.6: mean 2.7, / 10 = 0.27 whatever the width.
     out = get_policy_loss("dr_grpo")(*example(), epsilon=0.2, max_tokens=10)

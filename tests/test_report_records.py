@@ -49,3 +49,12 @@ def test_records_read_like_their_json():
     greedy_only = ModelSummary(tasks=1, greedy=summary.greedy)
     assert set(greedy_only) == {"tasks", "greedy"} and "sampled" not in greedy_only
     assert report.comparisons["model - baseline"]["correctness_strict"]["diff"] == 0.5
+
+
+def test_a_task_row_names_its_category_only_when_it_has_one():
+    good, bad = _score(True), _score(False)
+    model = [TaskResult("a", "7", good, [], "simple"), TaskResult("b", "7", bad, [])]
+    rows = build_report({"model": model}, k=1, comparisons=[], meta={}).to_json()["tasks"]
+    assert rows["model"][0]["category"] == "simple"
+    assert "category" not in rows["model"][1]  # a report without categories reads as before
+    assert "model / simple" in build_report({"model": model}, k=1, comparisons=[], meta={}).models

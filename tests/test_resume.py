@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,21 +136,60 @@ def test_n_steps_then_resume_for_m_more_is_bitwise_one_run_of_n_plus_m(
     assert [r["step"] for r in _metrics(split)] == [1, 2, 3, 4]
 
 
-def test_resume_with_sft_and_evals_is_bitwise_one_run(tmp_path, monkeypatch):
-    whole, split = tmp_path / "whole", tmp_path / "split"
+def test_resume_with_sft_and_evals_is_bitwise_one_run_after_the_folder_moved(tmp_path, monkeypatch):
+    """Stopped after step 2, the run folder moved elsewhere (its SFT model, the start and KL
+    reference, with it), then resumed there: bitwise the run that never stopped."""
+    whole, first, split = tmp_path / "whole", tmp_path / "first", tmp_path / "moved" / "split"
     argv = [*RUN, *WITH_SFT_AND_EVALS, "--steps", str(STEPS)]
     assert main([*argv, "--output", str(whole)]) == 0
-    _split_run(monkeypatch, split, argv)
+    with monkeypatch.context() as m:
+        _stop_after(m, 2)
+        assert main([*argv, "--output", str(first)]) == 0
+    split.parent.mkdir()
+    shutil.move(first, split)
+    assert main(["train", "--resume", str(split / "checkpoint-000002")]) == 0
     _assert_it_trained(split)
     last = f"checkpoint-{STEPS:06d}"
     assert _weights(whole / last) == _weights(split / last)
     assert _metrics(whole) == _metrics(split)
     # GRPO's adapters name the SFT model as their base, so `eval --model` loads them right
-    adapter = json.loads((split / "checkpoint-best" / "adapter_config.json").read_text())
-    assert adapter["base_model_name_or_path"] == str((split / "checkpoint-sft").resolve())
+    adapter = json.loads(
+        (split / "checkpoint-best" / "adapter" / "adapter_config.json").read_text()
+    )
+    assert adapter["base_model_name_or_path"] == "../../checkpoint-sft"  # relative: it travels
+    numbered = json.loads((split / last / "adapter_config.json").read_text())
+    assert numbered["base_model_name_or_path"] == "../checkpoint-sft"
     report = json.loads((split / "report" / "report.json").read_text())
     assert list(report["models"])[:2] == ["start", "sft"]  # kept across the resume
     assert report == json.loads((whole / "report" / "report.json").read_text())
+    assert (
+        not first.exists()
+        and str(first) not in (split / "checkpoint-best" / "state.json").read_text()
+    )
+
+
+def test_checkpoint_best_loads_in_plain_transformers_after_the_run_folder_moved(tmp_path):
+    """A LoRA run after SFT: checkpoint-best is the merged model (transformers alone loads
+    it, from anywhere) with its adapters beside, whose base (../../checkpoint-sft) our loader
+    finds where the folder is now; both give the same logits."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    argv = [*RUN, *WITH_SFT_AND_EVALS, "--steps", "2", "--set", "eval.every=1"]
+    assert main([*argv, "--output", str(tmp_path / "run")]) == 0
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    shutil.move(tmp_path / "run", moved)
+    best = moved / "checkpoint-best"
+    model = AutoModelForCausalLM.from_pretrained(best)
+    tokenizer = AutoTokenizer.from_pretrained(best)
+    ids = tokenizer("2 + 2 =", return_tensors="pt").input_ids
+    out = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert out.shape == (1, ids.shape[1] + 4)
+    adapters, _ = load_model_and_tokenizer(str(best / "adapter"))
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, adapters(ids).logits, atol=1e-5)
+    state = json.loads((moved / "checkpoint-000002" / "state.json").read_text())
+    assert state["start_model"] == "checkpoint-sft"  # relative to the run folder
 
 
 def _drop_learner_state(part: str):

@@ -394,6 +394,22 @@ def test_two_steps_of_agentgym_train_with_the_vllm_policy(tmp_path):
         assert r["rollout/weight_sync_seconds"] > 0
         assert 0 <= r["rollout/logprob_diff_max"] < TRAIN_LOGPROB_BOUND
         assert r["rollout/is_ratio_mean"] == pytest.approx(1.0, abs=TRAIN_LOGPROB_BOUND / 2)
+    # the run's export, merged, is a model vLLM serves as transformers runs it
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym.run.export import export
+
+    merged = export(out, tmp_path / "export", merge=True)
+    model = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(merged)
+    policy = VLLMPolicy(str(merged), stop_ids=stop_token_ids(model, tokenizer), **ENGINE)
+    try:
+        outputs = _compare_greedy(
+            model, tokenizer, policy, _first_turn_prompts(tokenizer), "export"
+        )
+        assert all(outputs)
+    finally:
+        policy.close()
 
 
 @pytest.mark.slow
@@ -408,3 +424,42 @@ def test_a_stop_string_cuts_at_the_token_that_completes_it(embedded, engine, pro
     assert cut.ids == whole.ids[:k] and cut.finish_reason == "stop"
     (same,) = engine.generate(prompts[:1], replace(GREEDY, stop=("\u2603\u2603",)))
     assert same.ids == whole.ids
+
+
+def test_agentgym_serve_answers_through_the_vllm_engine(embedded, engine):
+    """The endpoint over the vLLM engine (`agentgym serve --policy vllm`): the openai client's
+    requests are sampled by the engine, `n` choices each, and an episode's turns recorded as
+    the ids the engine sampled."""
+    import openai
+
+    from agentgym.serve.app import Server, create_app
+    from agentgym.serve.engine import Engine
+    from agentgym.serve.service import ChatService
+
+    tokenizer = embedded[1]
+    serving = Engine(engine)
+    service = ChatService(serving, tokenizer, "embedded", max_new_tokens=16)
+    try:
+        with Server(create_app(service)) as server:
+            client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+            messages = [{"role": "user", "content": "What is 2 + 3?"}]
+            reply = client.chat.completions.create(model="m", messages=messages, n=2, seed=1)
+            assert len(reply.choices) == 2 and all(c.message.content for c in reply.choices)
+            key = service.open_episode()
+            episode = openai.OpenAI(base_url=server.episode_url(key), api_key="u", max_retries=0)
+            first = episode.chat.completions.create(model="m", messages=messages).choices[0]
+            grown = [*messages, first.message.model_dump(exclude_none=True)]
+            episode.chat.completions.create(
+                model="m", messages=[*grown, {"role": "user", "content": "Sure?"}]
+            )
+            (sample,) = service.close_episode(key).recorder.samples
+            start, end = sample.spans[0]
+            assert (
+                tokenizer.decode(sample.tokens[start:end], skip_special_tokens=True).strip()
+                == first.message.content.strip()
+            )
+            assert len(sample.spans) == 2 and sum(sample.loss_mask) == sum(
+                e - s for s, e in sample.spans
+            )
+    finally:
+        serving.close()

@@ -6,20 +6,23 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     StringConstraints,
     field_validator,
     model_validator,
 )
 
+from agentgym.config.training import (
+    GRPOConfig,
+    LoraConfig,
+    OptimConfig,
+    RFTConfig,
+    Section,
+    SFTConfig,
+)
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-
-class ModelConfig(_Section):
+class ModelConfig(Section):
     name: str | None = Field(
         None,
         description="Causal LM: a local path, a hub id, 'tiny-random', or None for the embedded "
@@ -66,7 +69,7 @@ class ModelConfig(_Section):
         return device
 
 
-class SamplingConfig(_Section):
+class SamplingConfig(Section):
     max_new_tokens: int = Field(256, gt=0, description="Most tokens the policy samples per turn.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (the tutorial's 1.0).")
     top_p: float = Field(
@@ -82,68 +85,7 @@ class SamplingConfig(_Section):
     )
 
 
-class GRPOConfig(_Section):
-    group_size: int = Field(8, ge=2, description="G: trajectories sampled per task.")
-    tasks_per_step: int = Field(4, ge=1, description="B: tasks per step; a step trains on B x G.")
-    epsilon: float = Field(0.2, gt=0, description="Clip range of the importance ratio.")
-    beta: float = Field(0.04, ge=0, description="KL coefficient (k3); 0 loads no reference model.")
-    loss: str = Field(
-        "grpo",
-        description="Loss aggregation, by name in agentgym.learn.grpo's registry: grpo, bnpo, "
-        "dr_grpo, dapo (token_mean is dapo's older name), or one registered by you "
-        "(checked as the run starts).",
-    )
-    advantage: str = Field(
-        "group",
-        description="Advantage estimator, by name in agentgym.learn.advantages' registry: "
-        "group (GRPO's group-relative one), or one registered by you "
-        "(register_advantage; checked as the run starts).",
-    )
-    epsilon_high: float | None = Field(
-        None, gt=0, description="Upper clip range (DAPO's clip-higher); None: epsilon."
-    )
-    scale_rewards: Literal["group", "batch", "none"] = Field(
-        "group", description="What divides r - group mean: the group's std, the batch's, or none."
-    )
-    kl_estimator: Literal["k1", "k3"] = Field("k3", description="The per-token KL estimate.")
-    importance_sampling_level: Literal["token", "sequence"] = Field(
-        "token", description="Importance ratio per token (GRPO) or per sequence (GSPO)."
-    )
-    num_iterations: int = Field(
-        1, ge=1, description="mu: optimizer steps on each batch, against its stored old logprobs."
-    )
-    mask_truncated_completions: bool = Field(
-        False, description="Leave episodes cut at the token budget out of the loss (DAPO)."
-    )
-    drop_zero_variance_groups: bool = Field(
-        False, description="Leave groups whose rewards are all equal out of the batch."
-    )
-    beta_start: float | None = Field(
-        None,
-        ge=0,
-        description="Beta schedule (FAQ 3): start here and move linearly to `beta` "
-        "over `beta_warmup_steps` steps; None keeps `beta` throughout.",
-    )
-    beta_warmup_steps: int = Field(0, ge=0, description="Steps of the beta schedule.")
-    length_penalty: float = Field(
-        0.0, ge=0, description="Reward minus this per sampled token (FAQ 7: 0.001); 0 is off."
-    )
-    tis_cap: float = Field(
-        2.0,
-        gt=0,
-        description="With policy.backend 'vllm': the cap of the truncated importance weight "
-        "min(exp(learner old logprob - sampler logprob), cap) on each token's policy loss.",
-    )
-
-    def beta_at(self, step: int) -> float:
-        """The KL coefficient at `step` (1-based) under the beta schedule."""
-        if self.beta_start is None or self.beta_warmup_steps == 0:
-            return self.beta
-        done = min(1.0, (step - 1) / self.beta_warmup_steps)
-        return self.beta_start + done * (self.beta - self.beta_start)
-
-
-class PolicyConfig(_Section):
+class PolicyConfig(Section):
     backend: Literal["hf", "vllm"] = Field(
         "hf",
         description="What samples the rollouts: 'hf', transformers on the learner's own model, "
@@ -186,51 +128,7 @@ class PolicyConfig(_Section):
     )
 
 
-class OptimConfig(_Section):
-    lr: float = Field(1e-6, gt=0, description="AdamW learning rate.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    adam_epsilon: float = Field(1e-8, gt=0, description="AdamW's eps, GRPO's and SFT's.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    micro_batch_size: int = Field(4, ge=1, description="Trajectories per forward/backward pass.")
-    micro_batch_tokens: int | None = Field(
-        None,
-        ge=2,
-        description="Padding-free learner: micro-batches hold rows up to this many tokens in "
-        "all (the shared system prompt, run once, not counted), run as one sequence with no "
-        "padding (a longer row runs alone). None: micro_batch_size rows, right-padded.",
-    )
-    lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
-        "constant",
-        description="Learning-rate schedule after warm-up: constant, or decay to 0 "
-        "at run.steps, linearly or along a half cosine.",
-    )
-    warmup_steps: int = Field(0, ge=0, description="Steps of linear learning-rate warm-up from 0.")
-
-
-class LoraConfig(_Section):
-    enabled: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
-    r: int = Field(16, ge=1, description="LoRA rank.")
-    alpha: int = Field(32, ge=1, description="LoRA alpha.")
-    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
-    target_modules: str | list[str] = Field("all-linear", description="Modules to adapt.")
-
-
-class SFTConfig(_Section):
-    steps: int = Field(50, ge=1, description="Steps of the supervised warm-up (`agentgym sft`).")
-    lr: float = Field(1e-5, gt=0, description="AdamW learning rate of the warm-up.")
-    batch_size: int = Field(8, ge=1, description="Demonstrations per step.")
-    demonstrations: int = Field(64, ge=1, description="Demonstration episodes drawn from train.")
-    warmup: bool = Field(
-        False, description="`agentgym train` runs this SFT first, in the same process (FAQ 1)."
-    )
-    long: Literal["off", "wall"] | Annotated[int, Field(ge=1)] = Field(
-        "off",
-        description="The closing table's sft-long row (train): SFT from the start model for N "
-        "steps, or 'wall': for as long as SFT and GRPO trained, on fresh demonstrations.",
-    )
-
-
-class EvalConfig(_Section):
+class EvalConfig(Section):
     every: int = Field(
         0, ge=0, description="Held-out evaluation every N steps, keeping checkpoint-best; 0: none."
     )
@@ -259,7 +157,7 @@ class EvalConfig(_Section):
 MIX_ENV = "agentgym/Mix-v0"  # several envs as one: `run.envs`
 
 
-class CurriculumConfig(_Section):
+class CurriculumConfig(Section):
     levels: list[int] = Field(
         default_factory=list,
         description="Difficulty levels to climb, in order (e.g. [1, 2, 3]); [] is no curriculum.",
@@ -268,7 +166,7 @@ class CurriculumConfig(_Section):
     window: int = Field(8, ge=1, description="Steps at a level whose mean must reach threshold.")
 
 
-class RunConfig(_Section):
+class RunConfig(Section):
     env: str = Field("math", description="Env: a short name, a registered id, or module:Env-v0.")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to gym.make.")
     envs: list[dict[str, Any]] = Field(
@@ -314,17 +212,25 @@ class RunConfig(_Section):
         "checkpoint and TrainingError naming the most frequent error.",
     )
     env_step_timeout_s: float | None = Field(
-        300.0,
-        gt=0,
-        description="Seconds one env.reset or env.step may take in this process; past them "
-        "its episode is unscorable and the batch goes on. None: no limit.",
+        300.0, gt=0, description="Seconds an env.reset or step may take (None: no limit)."
+    )
+    agent: str | None = Field(
+        None, description="An agent program (module:function, file.py:function; docs/agents.md)."
+    )
+    agent_concurrency: int = Field(16, ge=1, description="Agents' episodes run at once.")
+    agent_timeout_s: float = Field(
+        3600.0, gt=0, description="Seconds an agent's episode may take, model's time included."
     )
     log_completions: int = Field(4, ge=0, description="Completions written per step.")
-    tensorboard: bool = Field(True, description="Also log metrics to TensorBoard.")
+    tensorboard: bool = Field(
+        True,
+        description="Also log metrics to TensorBoard (the `tensorboard` extra; off, with a "
+        "warning, where it is not installed).",
+    )
     stop_on_health: bool = Field(False, description="Stop, with a checkpoint, on a health warning.")
 
 
-class RewardFunctionConfig(_Section):
+class RewardFunctionConfig(Section):
     fn: str = Field(
         description="The function, as 'package.module:function' (importable where the run "
         "starts); see agentgym.rewards.functions for the arguments it is called with."
@@ -346,7 +252,7 @@ class RewardFunctionConfig(_Section):
         return fn
 
 
-class RewardsConfig(_Section):
+class RewardsConfig(Section):
     functions: list[RewardFunctionConfig] = Field(
         default_factory=list,
         description="Reward functions called on every finished episode, in a worker process; "
@@ -360,7 +266,7 @@ class RewardsConfig(_Section):
     )
 
 
-class DistributedConfig(_Section):
+class DistributedConfig(Section):
     backend: Literal["none", "ray"] = Field(
         "none",
         description="Where rollouts run: 'none' in this process, 'ray' on rollout_workers Ray "
@@ -405,7 +311,7 @@ class DistributedConfig(_Section):
         return self
 
 
-class Config(_Section):
+class Config(Section):
     """A whole training run."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -415,6 +321,7 @@ class Config(_Section):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
+    rft: RFTConfig = Field(default_factory=RFTConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)

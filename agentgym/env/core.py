@@ -171,6 +171,49 @@ class AgentEnv(gym.Env[list[dict[str, str]], str]):
         obs = [m.to_dict() for m in feedback.messages]
         return obs, float(feedback.reward), feedback.terminated, False, info
 
+    # -- judging a conversation played elsewhere ---------------------------------
+
+    def judge(
+        self, messages: Sequence[Mapping[str, Any]], task: Task, *, max_turns: int | None = None
+    ) -> tuple[float, dict[str, float]]:
+        """The reward of a conversation on `task` played outside this env (an agent program
+        through `agentgym serve`), in OpenAI's shape, and its parts.
+
+        The default replays it: a fresh episode on the task, each assistant message (its
+        content, and its `tool_calls` as the env's format writes them: `turn_text`) stepped
+        in order until the episode ends, the rewards summed. Tool and user messages are not
+        read: the env answers each turn itself (a `ToolEnv` runs the calls again, in the
+        task's world). An env whose reward reads the conversation otherwise overrides it.
+        `max_turns` ends the replay there, as the registered `max_episode_steps` (Gymnasium's
+        TimeLimit wrapper, which a replay on the bare env does not pass through) ends an
+        episode.
+        """
+        self.reset(options={"task_id": task.task_id})
+        total, parts = 0.0, dict[str, float]()
+        turns = [m for m in messages if m.get("role") == "assistant"]
+        for message in turns[:max_turns]:
+            _, reward, terminated, truncated, info = self.step(self.turn_text(message))
+            total += reward
+            for key, value in info.get("reward_parts", {}).items():
+                parts[key] = parts.get(key, 0.0) + float(value)
+            if terminated or truncated:
+                break
+        return total, parts
+
+    def agent_opening(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The opening `reset` gave, as an agent program sends it to the endpoint with the
+        env's tools: the same here; a `ToolEnv` in a text format leaves out its tools'
+        description, which the endpoint writes from the request's `tools=`."""
+        return messages
+
+    def turn_text(self, message: Mapping[str, Any]) -> str:
+        """An assistant message in OpenAI's shape as this env reads an action: its text
+        content (text parts joined). A `ToolEnv` writes its `tool_calls` after it."""
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        return str(content)
+
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
@@ -204,6 +247,7 @@ SHORT_NAMES = {
     "code": "agentgym/Code-v0",
     "tool_call": "agentgym/ToolCall-v0",
     "tasks": "agentgym/Tasks-v0",
+    "function_calls": "agentgym/FunctionCalls-v0",
 }
 """The CLI's short names of the built-in environments (`import agentgym` registers them)."""
 

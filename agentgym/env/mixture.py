@@ -204,6 +204,16 @@ class EnvMix(AgentEnv):
         obs, reward, terminated, truncated, info = self.current.env.step(action)
         return obs, float(reward), terminated, truncated, self._mark(info)
 
+    def agent_opening(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The opening as the current member gives it to an agent program."""
+        return messages if self.current is None else self.current.agent.agent_opening(messages)
+
+    def turn_text(self, message: Mapping[str, Any]) -> str:
+        """An assistant message as the current member reads an action."""
+        if self.current is None:
+            return super().turn_text(message)
+        return self.current.agent.turn_text(message)
+
     def render(self) -> str | None:
         text = None if self.current is None else self.current.env.render()
         return text if isinstance(text, str) else None

@@ -64,6 +64,7 @@ from agentgym.tools import (
     error_counts,
 )
 from agentgym.tools.mcp import McpServer, mcp_server
+from agentgym.tools.native import NativeFormat
 from agentgym.types import Message, ToolCall
 
 REWARD_PARTS: tuple[str, ...] = ("correctness", "tool", "format")
@@ -228,6 +229,35 @@ class ToolEnv(AgentEnv):
     def is_correct(self, task: Task, answer: str) -> bool:
         """Whether `answer` solves `task`; default: math-verify equivalence to `task.answer`."""
         return answers_equal(answer, str(task.answer))
+
+    def agent_opening(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The opening without the text format's description of the tools: the endpoint
+        writes it from the request's `tools=` at the end of the system message, as here."""
+        if isinstance(self.format, NativeFormat) or not messages or messages[0]["role"] != "system":
+            return messages
+        rest = messages[1:]
+        return (
+            [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        ) + rest
+
+    def turn_text(self, message: Mapping[str, Any]) -> str:
+        """An OpenAI assistant message as this env reads an action: its content, then each
+        of its `tool_calls` written in the env's format (arguments that are not a JSON
+        object are written as text, which the format reads as a malformed call)."""
+        parts = [super().turn_text(message)]
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {}) if isinstance(call, Mapping) else {}
+            raw = function.get("arguments", "{}")
+            try:
+                arguments = json.loads(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                arguments = None
+            name = str(function.get("name", ""))
+            if isinstance(arguments, Mapping):
+                parts.append(self.format.render_call(ToolCall(name, dict(arguments))))
+            else:
+                parts.append(f"{name}({raw})")
+        return "\n".join(p for p in parts if p)
 
     def use_chat_template(self, tokenizer: Any) -> None:
         """Resolves "auto" and "native" against `tokenizer`'s chat template (the rollout

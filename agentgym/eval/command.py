@@ -50,6 +50,7 @@ def run_eval(config, *, k: int, baseline: str | None, output: Path) -> Report:
             "temperature": config.sampling.temperature,
             "top_p": config.sampling.top_p,
             "max_new_tokens": ev.max_new_tokens or config.sampling.max_new_tokens,
+            **({"agent": run.agent} if run.agent else {}),
         }
         report = build_report(
             results,

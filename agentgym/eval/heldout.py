@@ -27,7 +27,11 @@ from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.policy.hf import merged_adapters
 from agentgym.rewards.verifiable import answers_equal, extract_boxed
 from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.serve.agents import AgentOptions, agent_options
 from agentgym.types import Trajectory
+
+CollectFn = Callable[..., list[Trajectory]]
+"""`agentgym.rollout.episodes.collect`, or an agent program's (`AgentPlayer.collect`)."""
 
 _FINAL_ANSWER = re.compile(r"Final Answer:[ \t]*(.+)")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -92,6 +96,8 @@ class TaskResult:
     expected: str
     greedy: EpisodeScore
     samples: list[EpisodeScore] = field(default_factory=list)
+    category: str | None = None
+    """The task's category (a data file's `category_column`, FunctionCalls-v0's kind)."""
 
 
 def task_result(data: dict[str, Any]) -> TaskResult:
@@ -101,6 +107,7 @@ def task_result(data: dict[str, Any]) -> TaskResult:
         data["expected"],
         EpisodeScore(**data["greedy"]),
         [EpisodeScore(**s) for s in data["samples"]],
+        data.get("category"),
     )
 
 
@@ -139,6 +146,8 @@ class HeldOut:
             (`from_config`), so that pass@k measures the distribution the policy is
             trained to sample from. The greedy episode takes no top-p.
         batch: Most episodes played at once.
+        agent: An agent program that plays the episodes through the endpoint (`run.agent`),
+            served with the policy `run` is given; None: the built-in rollout.
     """
 
     def __init__(
@@ -156,6 +165,7 @@ class HeldOut:
         batch: int = 32,
         stop: Sequence[str] = (),
         env_timeout_s: float | None = None,
+        agent: AgentOptions | None = None,
     ):
         if not task_ids:
             raise ValueError("HeldOut needs at least one task id")
@@ -164,10 +174,14 @@ class HeldOut:
         self.max_new_tokens, self.max_episode_tokens = max_new_tokens, max_episode_tokens
         self.n, self.temperature, self.top_p, self.stop = n, temperature, top_p, tuple(stop)
         self.env_timeout_s = env_timeout_s
+        self.agent = agent
+        self._collect: CollectFn = collect
         self.batch = max(batch, n)
         self.envs = [make_env(env_id, **env_kwargs) for _ in range(self.batch)]
-        agent = cast(AgentEnv, self.envs[0].unwrapped)  # make_env made an agent environment
-        self.expected = {t: str(agent.load_task(t).answer) for t in self.task_ids}
+        first = cast(AgentEnv, self.envs[0].unwrapped)  # make_env made an agent environment
+        tasks = {t: first.load_task(t) for t in self.task_ids}
+        self.expected = {t: str(task.answer) for t, task in tasks.items()}
+        self.categories = {t: task.metadata.get("category") for t, task in tasks.items()}
 
     @classmethod
     def from_config(cls, config, task_ids: Sequence[str], tokenizer, *, n: int) -> HeldOut:
@@ -185,6 +199,7 @@ class HeldOut:
             max_episode_tokens=s.max_episode_tokens,
             stop=s.stop,
             env_timeout_s=run.env_step_timeout_s,
+            agent=agent_options(config),
         )
 
     @property
@@ -198,7 +213,7 @@ class HeldOut:
         for start in range(0, len(self.task_ids), per_chunk):
             ids = self.task_ids[start : start + per_chunk]
             specs = [TaskSpec(task_id=t) for t in ids]
-            played = collect(
+            played = self._collect(
                 self.envs,
                 specs,
                 group,
@@ -217,13 +232,26 @@ class HeldOut:
     ) -> list[TaskResult]:
         """Plays every task; `advance(k)` is called as each k episodes finish."""
         with merged_adapters(as_policy(policy).model):
-            return self._run(policy, seed, advance)
+            if self.agent is None:
+                return self._run(policy, seed, advance)
+            player = self.agent.player(policy, self.tokenizer)
+            self._collect = player.collect  # the agent program plays each episode
+            try:
+                return self._run(policy, seed, advance)
+            finally:
+                self._collect = collect
+                player.close()
 
     def _run(self, policy: Policy, seed: int, advance: Callable[[int], None]) -> list[TaskResult]:
         greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0, stop=self.stop)
         played = self._play(policy, 1, greedy, advance)
         results = [
-            TaskResult(t, self.expected[t], EpisodeScore.of(g[0], self.expected[t]))
+            TaskResult(
+                t,
+                self.expected[t],
+                EpisodeScore.of(g[0], self.expected[t]),
+                category=self.categories[t],
+            )
             for t, g in zip(self.task_ids, played, strict=True)
         ]
         if self.n:

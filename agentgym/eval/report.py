@@ -106,8 +106,13 @@ def compare(
 
 
 def task_records(results: Sequence[TaskResult]) -> list[dict[str, Any]]:
-    """The per-task results as JSON-ready dicts."""
-    return [asdict(r) for r in results]
+    """The per-task results as JSON-ready dicts; `category` only where the task has one, so
+    a report of data without categories reads as it did before they existed."""
+    records = [asdict(r) for r in results]
+    for record in records:
+        if record["category"] is None:
+            del record["category"]
+    return records
 
 
 # -- reports -----------------------------------------------------------------------
@@ -133,6 +138,12 @@ def env_names(meta: Mapping[str, Any]) -> list[str]:
     return [member_name(entry) for entry in meta.get("env_kwargs", {}).get("envs", [])]
 
 
+def categories(results: Mapping[str, Sequence[TaskResult]]) -> list[str]:
+    """The tasks' categories, sorted; [] when no task has one."""
+    found = {r.category for rs in results.values() for r in rs if r.category is not None}
+    return sorted(found)
+
+
 def build_report(
     results: Mapping[str, Sequence[TaskResult]],
     *,
@@ -143,13 +154,18 @@ def build_report(
     """The report of one or more models on the same tasks: each model's `summarize`,
     `compare(a, b)` as "<a> - <b>" for each pair in `comparisons`, the per-task
     `task_records`. On an env mix (`meta` names it), each model and comparison also
-    per member, over its tasks: "<model> (<env>)", "<a> - <b> (<env>)"."""
+    per member, over its tasks: "<model> (<env>)", "<a> - <b> (<env>)"; where tasks have
+    categories, also per category: "<model> / <category>", "<a> - <b> / <category>"."""
     meta = dict(meta or {})
     groups = {"": results}
     for env in env_names(meta):
         mine = {m: [r for r in rs if r.task_id.startswith(f"{env}:")] for m, rs in results.items()}
         if all(mine.values()):
             groups[f" ({env})"] = mine
+    for category in categories(results):
+        mine = {m: [r for r in rs if r.category == category] for m, rs in results.items()}
+        if all(mine.values()):
+            groups[f" / {category}"] = mine
     return Report(
         meta=meta,
         models={

@@ -19,14 +19,15 @@ trajectory, on each of its sampled tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+import torch
 from torch import Tensor
 
 from agentgym.config import GRPOConfig
 from agentgym.learn import grpo
-from agentgym.types import StepRecord, sampled_targets, target_width
+from agentgym.types import StepRecord, Trajectory, sampled_targets, target_width
 
 AdvantageFn = Callable[[StepRecord, GRPOConfig], Tensor]
 
@@ -76,7 +77,12 @@ def group(record: StepRecord, g: GRPOConfig) -> Tensor:
     it), on every token it sampled."""
     assert record.rewards is not None  # `advantages` checked that it was scored
     per_row = grpo.group_advantages(
-        record.rewards, g.group_size, scale=g.scale_rewards, scorable=record.scorable
+        record.rewards,
+        g.group_size,
+        g.std_eps,
+        scale=g.scale_rewards,
+        scorable=record.scorable,
+        unbiased=g.std == "unbiased",
     )
     return per_row[:, None] * sampled_targets(record.trajectories)
 
@@ -105,3 +111,45 @@ def advantages(record: StepRecord, g: GRPOConfig) -> StepRecord:
         )
     flat = grpo.flat_groups(record.rewards, g.group_size, scorable=record.scorable)
     return replace(record, advantages=values, flat_groups=flat)
+
+
+def split_weights(count: int) -> list[float]:
+    """The loss weight of each of an episode's `count` samples (an agent program that
+    rewrote its history gave several, `Trajectory.split_samples`): 1 / count each, so that
+    the episode counts once, as an episode of one sample does. The one place that decides."""
+    return [1.0 / count] * count
+
+
+def with_split_samples(
+    trajectories: Sequence[Trajectory], advantages: Tensor
+) -> tuple[list[Trajectory], Tensor]:
+    """The rows to learn from: the trajectories, then each one's split samples as rows of
+    their own, with the advantages [N + M, T'] of them all (`split_weights`).
+
+    A split sample gets its episode's advantage (the mean of its row's advantages over
+    the tokens the row sampled) on every token it sampled; every sample of such an
+    episode, the row itself too, is weighted by `split_weights`. Without split samples,
+    the trajectories and advantages as given.
+    """
+    if not any(t.split_samples for t in trajectories):
+        return list(trajectories), advantages
+    rows, values = list(trajectories), []
+    advantages = advantages.clone()
+    sampled = torch.zeros(advantages.shape, dtype=torch.bool)
+    targets = sampled_targets(trajectories)[:, : advantages.shape[1]] > 0
+    sampled[:, : targets.shape[1]] = targets
+    for i, t in enumerate(trajectories):
+        if not t.split_samples:
+            continue
+        *earlier, own = split_weights(1 + len(t.split_samples))
+        mine = advantages[i][sampled[i]]
+        value = float(mine.mean()) if mine.numel() else 0.0
+        advantages[i] *= own
+        rows += t.split_samples
+        values += [value * w for w in earlier]
+    extra = sampled_targets(rows[len(trajectories) :]) * torch.tensor(values)[:, None]
+    width = max(advantages.shape[1], extra.shape[1])
+    out = torch.zeros((len(rows), width), dtype=advantages.dtype)
+    out[: len(trajectories), : advantages.shape[1]] = advantages
+    out[len(trajectories) :, : extra.shape[1]] = extra
+    return rows, out

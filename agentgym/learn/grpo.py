@@ -7,8 +7,8 @@ option (the config's `grpo` section names them as TRL does):
 - Advantages (`scale_rewards`) are the paper's group-normalised outcome
   rewards, (r - group mean) / group std, one scalar per trajectory, broadcast
   to every token it sampled ("group"). The std is the *population* std
-  (divide by G), as in the rollout code of the tutorial this project started
-  from; TRL uses the unbiased one (divide by G - 1). "batch" divides by the
+  (divide by G), as in the tutorial's rollout code; `std="unbiased"` divides
+  by G - 1, as TRL does (docs/losses.md). "batch" divides by the
   std of the whole batch's rewards instead (REINFORCE++, Hu et al. 2025,
   arXiv:2501.03262; TRL's `scale_rewards="batch"`), "none" not at all (Dr.
   GRPO, Liu et al. 2025, arXiv:2503.20783). Departures: an unscorable
@@ -128,6 +128,7 @@ def group_advantages(
     *,
     scale: Scale = "group",
     scorable: Tensor | None = None,
+    unbiased: bool = False,
 ) -> Tensor:
     """Group-relative advantage of each trajectory: (r - group mean) / (group std + eps).
 
@@ -143,11 +144,11 @@ def group_advantages(
             REINFORCE++, and TRL's `scale_rewards="batch"`), or nothing ("none", Dr. GRPO).
         scorable: [N] bool, False on unscorable samples, which are treated as NaN
             rewards are (left out of every statistic, the batch std too); None: all are.
+        unbiased: The std divides by n - 1 (TRL's) rather than n, the scored samples.
 
     Returns:
-        [N] advantages (float). The std is the population std (divide by the number
-        of scored samples), not TRL's unbiased one. A group whose scored rewards are
-        all equal (or that has fewer than two) gets 0 throughout.
+        [N] advantages (float). A group whose scored rewards are all equal (or that has
+        fewer than two) gets 0 throughout.
 
     Raises:
         ValueError: if `rewards` is not [N], N is not a multiple of G, or `scorable`
@@ -159,18 +160,18 @@ def group_advantages(
     filled = torch.where(valid, groups, 0.0)
     mean = filled.sum(dim=1, keepdim=True) / count
     centered = torch.where(valid, groups - mean, 0.0)
-    adv = centered
     if scale not in get_args(Scale):
         raise ValueError(f"scale must be one of {get_args(Scale)}, got {scale!r}")
+    std: Tensor | float = 0.0
     if scale == "group":
-        std: Tensor | float = (centered.square().sum(dim=1, keepdim=True) / count).sqrt()
-        adv = centered / (std + eps)
+        n = (count - 1).clamp(min=1) if unbiased else count
+        std = (centered.square().sum(dim=1, keepdim=True) / n).sqrt()
     elif scale == "batch":
         scored = groups[valid]
-        # with nothing scored every advantage is 0 below, whatever std is: the test only
-        # avoids the mean of an empty tensor
-        std = (scored - scored.mean()).square().mean().sqrt() if scored.numel() else 0.0
-        adv = centered / (std + eps)
+        squares = (scored - scored.mean()).square() if scored.numel() else scored
+        variance = squares.sum() / max(scored.numel() - 1, 1) if unbiased else squares.mean()
+        std = variance.sqrt() if scored.numel() else 0.0  # none scored: every advantage is 0
+    adv = centered if scale == "none" else centered / (std + eps)
     flat = _all_equal(groups, valid).unsqueeze(1)
     return torch.where(valid & ~flat, adv, 0.0).reshape(-1)
 
@@ -323,9 +324,8 @@ def clipped_policy_loss(
     """
     _check_loss_inputs(logprobs, old_logprobs, advantages, loss_mask, ref_logprobs, beta)
     keep = loss_mask.bool()
-    # Zero the masked positions *before* any exp, so their gradient is an exact 0, not 0*inf.
-    # Any finite fill would do, here and for ref and is_weights below: every later read
-    # selects through `keep`.
+    # Zero the masked positions *before* any exp, so their gradient is an exact 0, not 0*inf;
+    # any finite fill would do (here, for ref and is_weights): every later read uses `keep`.
     logp = torch.where(keep, logprobs, 0.0)
     old = torch.where(keep, old_logprobs.detach(), 0.0)
     log_ratio = (logp - old).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)

@@ -16,6 +16,7 @@ import torch
 
 from agentgym import records
 from agentgym.config import Config
+from agentgym.learn.advantages import with_split_samples
 from agentgym.learn.learner import Learner
 from agentgym.types import Batch, StepRecord
 
@@ -58,7 +59,8 @@ def update(
     if not keep.any():
         return replace(record, stats=stats)
     kept = [t for t, k in zip(trajectories, keep.tolist(), strict=True) if k]
-    batch = Batch.from_trajectories(kept, record.advantages[keep], pad_id)
+    kept, kept_advantages = with_split_samples(kept, record.advantages[keep])
+    batch = Batch.from_trajectories(kept, kept_advantages, pad_id)
     if g.mask_truncated_completions:
         complete = torch.tensor([not t.truncated for t in kept], dtype=batch.loss_mask.dtype)
         batch = batch.masked_rows(complete)

@@ -24,19 +24,22 @@ from transformers.cache_utils import Cache, DynamicLayer
 from agentgym.compat import cache_kwarg
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams, check_generate_args
 from agentgym.policy.sampling import sample_ids, stream_uniforms
+from agentgym.policy.turn_end import TurnEnd, find_turn_end
 
 
-def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
-    """Ids that end a turn: the tokenizer's eos, the generation config's, and `<|im_end|>`."""
-    ids: set[int] = set()
+def stop_token_ids(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, end: TurnEnd | None = None
+) -> set[int]:
+    """Ids that end a turn: the chat template's turn end where it is one token (`end`,
+    found from the template when None), the tokenizer's eos and the generation config's.
+    A turn end of several tokens is a stop string instead (`TurnEnd.stop_strings`)."""
+    end = find_turn_end(tokenizer) if end is None else end
+    ids: set[int] = set(end.ids) if end.special else set()
     eos = getattr(model.generation_config, "eos_token_id", None)
     if eos is not None:
         ids.update(eos if isinstance(eos, list) else [eos])
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ids.add(im_end)
     return ids
 
 
@@ -189,7 +192,8 @@ class HFPolicy(PolicyBase):
 
     Args:
         model: The model to sample from (a peft model works too).
-        tokenizer: Its tokenizer; supplies pad and stop ids.
+        tokenizer: Its tokenizer; supplies pad and stop ids, and the end of a turn (read
+            from its chat template: a stop id, or a stop string where it is text).
         batch_size: Most sequences per forward pass; larger requests are chunked.
         min_shared_prefix: Prompts sharing at least this many leading tokens prefill
             them once (see `_prefill`).
@@ -206,7 +210,8 @@ class HFPolicy(PolicyBase):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.min_shared_prefix = min_shared_prefix
-        self.stop_ids = stop_token_ids(model, tokenizer)
+        self.turn_end = find_turn_end(tokenizer)
+        self.stop_ids = stop_token_ids(model, tokenizer, self.turn_end)
         self.pad_id = tokenizer.pad_token_id
         self._generator: torch.Generator | None = None
         self._kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
@@ -385,8 +390,8 @@ class HFPolicy(PolicyBase):
                 ids[row].append(t)
                 logps[row].append(lp)
             stopped = torch.isin(token, stop)
-            if params.stop:
-                hits = [self._completes_stop(ids[row], params.stop) for row in rows]
+            if strings := (*params.stop, *self.turn_end.stop_strings):
+                hits = [self._completes_stop(ids[row], strings) for row in rows]
                 stopped |= torch.tensor(hits, device=self.device)
             for k in stopped.nonzero().flatten().tolist():
                 reasons[rows[k]] = "stop"

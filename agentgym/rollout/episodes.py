@@ -5,7 +5,10 @@ their sampler logprobs; everything else (the prompt, environment replies,
 template glue between turns) gets mask 0. Sampled ids are kept exactly as
 sampled, and only environment text is tokenized, as a chat-template suffix;
 special-token text in it (a tool result holding `<|im_end|>`) stays plain text,
-never control tokens (`external_text`).
+never control tokens (`external_text`). The end of a turn is the chat template's
+(`agentgym.policy.turn_end`): sampled, it stays in the trajectory with mask 1 and is
+taken out of the glue; a turn that ended otherwise (eos, a stop string, the token
+budget) gets it from the glue, with mask 0.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import Any
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
-from agentgym.policy.base import Policy, SamplingParams, as_policy
+from agentgym.policy.base import Generation, Policy, SamplingParams, as_policy
+from agentgym.policy.turn_end import TurnEnd, find_turn_end
 from agentgym.rollout.external_text import Rendered, encode_rendered, render_external
 from agentgym.rollout.external_text import render as render  # part of this module's API
 from agentgym.rollout.guard import EnvTimeoutError, call_within
@@ -53,6 +57,7 @@ class _Episode:
     error: str | None = None
     tools: list[dict[str, Any]] | None = None  # given to the template: the env is native
     env_name: str | None = None  # the member of an env mix that plays it
+    category: str | None = None  # the task's category, as the env's reset info gives it
     hung: bool = False  # its env's reset or step timed out: the env is replaced after
 
 
@@ -77,16 +82,24 @@ def use_chat_template(env: gym.Env, tokenizer: PreTrainedTokenizerBase) -> None:
         bind(tokenizer)
 
 
-def sampled_text(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], keep_special: bool) -> str:
-    """The text of a sampled turn. A native-format turn keeps special tokens that carry a
-    call (`[TOOL_CALLS]`, `<|python_tag|>`), all but those that end it."""
+def sampled_text(
+    tokenizer: PreTrainedTokenizerBase,
+    ids: Sequence[int],
+    keep_special: bool,
+    closing: str | None = None,
+) -> str:
+    """The text of a sampled turn, without `closing` (the text it closed with from its turn
+    end on, `closing_text`). A native-format turn keeps special tokens that carry a call
+    (`[TOOL_CALLS]`, `<|python_tag|>`), all but those that end it."""
     if not keep_special:
         # a tuple of ids decodes as a list does, to one str; transformers' types say neither
-        return tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[arg-type,return-value]
-    special, end = set(tokenizer.all_special_ids), len(ids)
-    while end and ids[end - 1] in special:
-        end -= 1
-    return tokenizer.decode(list(ids[:end]), skip_special_tokens=False)  # type: ignore[return-value]
+        text: str = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[arg-type,assignment]
+    else:
+        special, stop = set(tokenizer.all_special_ids), len(ids)
+        while stop and ids[stop - 1] in special:
+            stop -= 1
+        text = tokenizer.decode(list(ids[:stop]), skip_special_tokens=False)  # type: ignore[assignment]
+    return text.removesuffix(closing) if closing else text
 
 
 def continuation_ids(
@@ -95,13 +108,16 @@ def continuation_ids(
     new_messages: list[dict[str, str]],
     stopped: bool,
     tools: list[dict[str, Any]] | None = None,
+    closing: str | None = None,
 ) -> list[int]:
     """Ids that follow the last sampled token: end of the assistant turn, then `new_messages`.
 
     `history` ends with the assistant message just sampled. The text is the
     difference of two template renderings, so it matches what the template
-    would produce for the whole conversation. When the sample ended with the
-    stop token, that token is already in the trajectory and is not repeated.
+    would produce for the whole conversation. When the sample `stopped` with its
+    turn end, the text it closed with (`closing`: the template's turn end when None,
+    or eos, see `closing_text`) is already in the trajectory and is not repeated
+    where the template writes it.
     """
     before = render(tokenizer, history, False, tools)
     # new_messages come from outside the policy: their special-token text stays plain text
@@ -113,11 +129,26 @@ def continuation_ids(
     # since the real content may be empty or occur earlier in the conversation
     marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]
     glue = render(tokenizer, marked, False, tools).rpartition(_SENTINEL)[2]
-    if stopped and tokenizer.eos_token and glue.startswith(tokenizer.eos_token):
-        glue = glue[len(tokenizer.eos_token) :]
-    shift = len(glue) - len(before)
-    forged = tuple(p + shift for p in rendered.forged if p >= len(before))
-    return encode_rendered(tokenizer, Rendered(glue + after[len(before) :], forged))
+    text = glue + after[len(before) :]
+    if stopped and closing is None:
+        closing = find_turn_end(tokenizer).text
+    cut = len(closing) if stopped and closing and text.startswith(closing) else 0
+    shift = len(glue) - len(before) - cut
+    forged = tuple(p + shift for p in rendered.forged if p >= len(before) + cut)
+    return encode_rendered(tokenizer, Rendered(text[cut:], forged))
+
+
+def closing_text(
+    tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], end: TurnEnd
+) -> str | None:
+    """The text sampled `ids` close with after their content: from the template's turn
+    `end` on (`TurnEnd.closing`), or eos (a model that emits eos where its template ends
+    turns otherwise); None for a turn cut at a stop string or at the token budget."""
+    closing = end.closing(tokenizer, ids)
+    if closing is None and ids and ids[-1] == getattr(tokenizer, "eos_token_id", None):
+        eos: str = tokenizer.eos_token
+        return eos
+    return closing
 
 
 def stream(seed: int, ep: _Episode) -> int:
@@ -125,7 +156,13 @@ def stream(seed: int, ep: _Episode) -> int:
     turn). Two policies playing the same held-out task with the same seed draw the same
     uniforms, turn by turn, whatever else is in their batches: their samples are coupled,
     so the per-task difference between them carries far less sampling noise."""
-    name = f"{seed}/{ep.task_id}/{ep.member}/{len(ep.turns)}".encode()
+    return turn_stream(seed, ep.task_id, ep.member, len(ep.turns))
+
+
+def turn_stream(seed: int, task_id: str, member: int, turn: int) -> int:
+    """The random stream of `turn` of the `member`-th episode of a group on `task_id`
+    (`stream`; an agent's episode through the endpoint draws the same)."""
+    name = f"{seed}/{task_id}/{member}/{turn}".encode()
     return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "little")
 
 
@@ -157,6 +194,7 @@ def _start(
         logprobs=[0.0] * len(prompt),
         tools=tools,
         env_name=info.get("env"),
+        category=info.get("category"),
     )
 
 
@@ -180,19 +218,23 @@ def _fail(ep: _Episode, err: Exception) -> None:
 
 def _advance(
     ep: _Episode,
-    ids: tuple[int, ...],
-    logprobs: tuple[float, ...],
-    finish_reason: str,
+    gen: Generation,
     tokenizer: PreTrainedTokenizerBase,
+    end: TurnEnd,
     timeout_s: float | None = None,
 ) -> None:
-    """Appends one sampled turn, steps the environment, and appends its reply."""
+    """Appends one sampled turn (`end`: the template's turn end), steps the environment,
+    and appends its reply."""
+    ids, finish_reason = gen.ids, gen.finish_reason
     ep.spans.append((len(ep.tokens), len(ep.tokens) + len(ids)))
     ep.tokens.extend(ids)
     ep.loss_mask.extend([1] * len(ids))
-    ep.logprobs.extend(logprobs)
+    ep.logprobs.extend(gen.logprobs)
     ep.finish_reason = finish_reason
-    text = sampled_text(tokenizer, ids, keep_special=ep.tools is not None)
+    # a turn cut at a stop string or at the budget has not sampled the turn end: the glue
+    # adds it; so it does after eos, where the template ends turns with another token
+    closing = closing_text(tokenizer, ids, end)
+    text = sampled_text(tokenizer, ids, ep.tools is not None, closing)
     try:
         obs, reward, terminated, truncated, info = call_within(
             lambda: ep.env.step(Completion(text, finish_reason)), timeout_s, "env.step"
@@ -211,9 +253,7 @@ def _advance(
     ep.truncated = bool(truncated)
     ep.done = bool(terminated or truncated)
     if not ep.done:
-        # a turn cut at a stop string has not sampled the end-of-turn token: the glue adds it
-        ended = finish_reason == "stop" and bool(ids) and ids[-1] in tokenizer.all_special_ids
-        more = continuation_ids(tokenizer, ep.messages, obs, ended, ep.tools)
+        more = continuation_ids(tokenizer, ep.messages, obs, closing is not None, ep.tools, closing)
         ep.messages.extend(obs)
         ep.tokens.extend(more)
         ep.loss_mask.extend([0] * len(more))
@@ -262,13 +302,14 @@ def collect(
     ]
     _name_failed_starts(episodes)
     policy = as_policy(policy)
+    end = find_turn_end(tokenizer)
     # a policy that can continues each episode's next turn from its cache
     with policy.reusing_cache():
         while live := [ep for ep in episodes if not ep.done]:
             streams = None if params.seed is None else [stream(params.seed, ep) for ep in live]
             gens = policy.generate([ep.tokens for ep in live], params, streams)
             for ep, gen in zip(live, gens, strict=True):
-                _advance(ep, gen.ids, gen.logprobs, gen.finish_reason, tokenizer, env_timeout_s)
+                _advance(ep, gen, tokenizer, end, env_timeout_s)
                 if not ep.done and max_tokens is not None and len(ep.tokens) >= max_tokens:
                     ep.done = ep.truncated = True
     _replace_hung(envs, episodes)
@@ -312,4 +353,5 @@ def _finish(ep: _Episode) -> Trajectory:
         error=ep.error,
         reward_error=None if math.isfinite(ep.reward) else f"environment reward is {ep.reward}",
         env=ep.env_name,
+        category=ep.category,
     )

@@ -7,6 +7,14 @@ history) and, for a training checkpoint, `optimizer.pt` (optimizer and
 scheduler state, torch's RNG state). `COMPLETE` is written last. Weights are
 saved in the dtype they trained in, never upcast: a bf16 model (`model.precision`)
 writes bf16 tensors; peft keeps LoRA adapters in float32, and so do their files.
+`checkpoint-best` of a LoRA run is the whole model with the adapters merged in (what
+plain transformers and vLLM load from anywhere), its adapters in `adapter/` beside.
+
+Checkpoints travel: a model they name (adapters' base model, the start model in
+`state.json`) is written so that it resolves wherever the run folder goes
+(`portable_name`): a built-in model by its name (`embedded`, `tiny-random`), a folder
+inside the run (`checkpoint-sft`) by its path relative to the checkpoint, anything else
+(a hub id, the user's own folder) as given.
 
 Writes go to a hidden staging folder beside the target; every file is flushed to
 disk, then the folder is renamed into place, so a process killed at any moment
@@ -17,6 +25,7 @@ holding the best step (`checkpoint-best-000010`), for the same reason.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -29,9 +38,11 @@ import torch
 import yaml
 
 from agentgym.config import Config
+from agentgym.policy.models import built_in_name
 
 COMPLETE = "COMPLETE"
 BEST = "checkpoint-best"
+ADAPTER_DIR = "adapter"
 _NUMBERED = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -44,6 +55,7 @@ def save_checkpoint(
     name: str | None = None,
     state: dict[str, Any] | None = None,
     trainer: dict[str, Any] | None = None,
+    merged: bool = False,
 ) -> Path:
     """Writes `run_dir/checkpoint-{step:06d}` (or `run_dir/{name}`) atomically; returns it.
 
@@ -51,12 +63,14 @@ def save_checkpoint(
         state: JSON-able resume state, merged into `state.json` beside the step.
         trainer: Tensors and their containers (optimizer and scheduler state
             dicts, RNG state), saved to `optimizer.pt` with `torch.save`.
+        merged: A LoRA model is written whole, its adapters merged into a copy, with
+            the adapters in `adapter/`; `model` itself is left as it is.
     """
     run_dir = Path(run_dir)
     target = run_dir / (name or f"checkpoint-{step:06d}")
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=run_dir))
     try:
-        model.save_pretrained(staging, safe_serialization=True)
+        _save_weights(model, staging, target, run_dir, merged)
         tokenizer.save_pretrained(staging)
         (staging / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
         (staging / "state.json").write_text(json.dumps({"step": step, **(state or {})}))
@@ -84,7 +98,9 @@ def save_best(run_dir: Path, step: int, model, tokenizer, config: Config) -> Pat
     to a complete checkpoint; the previous best folder goes after the swap.
     """
     run_dir = Path(run_dir)
-    folder = save_checkpoint(run_dir, step, model, tokenizer, config, f"{BEST}-{step:06d}")
+    folder = save_checkpoint(
+        run_dir, step, model, tokenizer, config, f"{BEST}-{step:06d}", merged=True
+    )
     link = run_dir / BEST
     before = link.resolve() if link.is_symlink() else None
     if link.exists() and not link.is_symlink():  # a run from before links: a plain folder
@@ -97,6 +113,34 @@ def save_best(run_dir: Path, step: int, model, tokenizer, config: Config) -> Pat
     if before is not None and before != folder.resolve() and before.parent == run_dir.resolve():
         shutil.rmtree(before, ignore_errors=True)
     return link
+
+
+def _save_weights(model, staging: Path, target: Path, run_dir: Path, merged: bool) -> None:
+    """The weights into `staging` (to become `target`), any adapters' base named portably."""
+    if merged and hasattr(model, "peft_config"):
+        copy.deepcopy(model).merge_and_unload().save_pretrained(staging, safe_serialization=True)
+        staging, target = staging / ADAPTER_DIR, target / ADAPTER_DIR
+    model.save_pretrained(staging, safe_serialization=True)
+    adapter_config = staging / "adapter_config.json"
+    if adapter_config.is_file():
+        written = json.loads(adapter_config.read_text())
+        base = written.get("base_model_name_or_path")
+        written["base_model_name_or_path"] = portable_name(base, target, run_dir)
+        adapter_config.write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
+
+
+def portable_name(name: str | None, origin: Path, run_dir: Path) -> str | None:
+    """The model `name` as a checkpoint at `origin` (inside `run_dir`) names it, so that it
+    resolves wherever the run folder goes: a built-in model's cached folder by the model's
+    name, a folder inside the run by its path relative to `origin`, else as it is."""
+    if name is None:
+        return None
+    if built := built_in_name(name):
+        return built
+    path = Path(name)
+    if path.is_absolute() and path.resolve().is_relative_to(Path(run_dir).resolve()):
+        return os.path.relpath(path.resolve(), Path(origin).resolve())
+    return name
 
 
 def is_complete(folder: Path) -> bool:

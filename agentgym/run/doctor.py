@@ -11,7 +11,9 @@ with `tools=`), three checks, each with a hint when it fails:
    `tool_calls` rendering, the parser reads that back too (for native, it
    must: one call and two calls in a turn).
 3. The loss mask: the sample conversation is tokenized the way the rollout
-   does it, and the mask-1 tokens must decode to exactly the assistant's text.
+   does it, and the mask-1 tokens must decode to exactly the assistant's text,
+   each turn ended by the turn end the template writes (`find_turn_end`: not
+   always eos; the report names it).
 4. Plain tool text: a tool result holding the text of every special token of
    the tokenizer (the template's turn markers among them) is tokenized as plain
    text; the tool turn's special ids are the template's own, as they are for
@@ -29,6 +31,7 @@ from rich.text import Text
 from agentgym.config import ConfigError
 from agentgym.env.templates import TemplateFormat
 from agentgym.env.tool_env import ToolEnv
+from agentgym.policy.turn_end import TurnEnd, find_turn_end
 from agentgym.rollout.episodes import continuation_ids, prompt_ids, render, use_chat_template
 from agentgym.rollout.external_text import special_ids, special_strings
 from agentgym.tools import ToolCallFormat, get_format
@@ -114,7 +117,10 @@ def check_prefix(tokenizer, messages: list[dict], tools: list[dict] | None = Non
 
 
 def check_round_trip(
-    tokenizer, fmt: ToolCallFormat | str, tools: list[dict] | None = None
+    tokenizer,
+    fmt: ToolCallFormat | str,
+    tools: list[dict] | None = None,
+    end: TurnEnd | None = None,
 ) -> Check:
     """A call in the assistant's text survives rendering and parses back to itself; in the
     native format, the template's own rendering of one call and of two parses back too."""
@@ -142,7 +148,7 @@ def check_round_trip(
         native = _native_tool_calls(tokenizer, fmt, messages[:2])
         return Check("round-trip", True, f"{fmt.name} call parses back; {native}")
     for want in ([_CALL], [_CALL, _SECOND]):
-        got = template_calls(tokenizer, fmt, messages[:2], want, tools)
+        got = template_calls(tokenizer, fmt, messages[:2], want, tools, end)
         if got != want:
             return Check(
                 "round-trip",
@@ -160,9 +166,11 @@ def template_calls(
     before: list[dict],
     calls: list[ToolCall],
     tools: list[dict] | None = None,
+    end: TurnEnd | None = None,
 ) -> list[ToolCall | None] | str:
     """The calls `fmt` reads in the template's own rendering of an assistant turn making
-    `calls` (its `tool_calls` field), or why there is none."""
+    `calls` (its `tool_calls` field), without the turn's end (`end`, found from the template
+    when None), or why there is none."""
     message = {
         "role": "assistant",
         "content": "",
@@ -177,7 +185,8 @@ def template_calls(
     except Exception as err:  # templates raise anything on fields they do not know
         return f"the template rejects tool_calls ({type(err).__name__}: {err})"
     turn = text[len(head) :] if text.startswith(head) else text
-    for token in (tokenizer.eos_token, *tokenizer.all_special_tokens):
+    end = find_turn_end(tokenizer) if end is None else end
+    for token in (end.text, tokenizer.eos_token, *tokenizer.all_special_tokens):
         turn = turn.removesuffix(token) if token else turn
     return [a.call for a in fmt.parse(turn).calls]
 
@@ -193,9 +202,11 @@ def _native_tool_calls(tokenizer, fmt: ToolCallFormat, before: list[dict]) -> st
 
 
 def masked_conversation(
-    tokenizer, messages: list[dict], tools: list[dict] | None = None
+    tokenizer, messages: list[dict], tools: list[dict] | None = None, end: TurnEnd | None = None
 ) -> tuple[list[int], list[int]]:
-    """Token ids and loss mask for a conversation, built as the rollout builds them."""
+    """Token ids and loss mask for a conversation, built as the rollout builds them: each
+    assistant turn sampled up to and with the turn's end (`end`, found when None)."""
+    end = find_turn_end(tokenizer) if end is None else end
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
     ids = prompt_ids(tokenizer, messages[:first], tools)
     mask = [0] * len(ids)
@@ -203,7 +214,7 @@ def masked_conversation(
     k = first
     while k < len(messages):
         sampled = tokenizer.encode(messages[k]["content"], add_special_tokens=False)
-        sampled.append(tokenizer.eos_token_id)
+        sampled += end.ids
         ids += sampled
         mask += [1] * len(sampled)
         history.append(messages[k])
@@ -213,7 +224,7 @@ def masked_conversation(
             replies.append(messages[k])
             k += 1
         if replies:
-            more = continuation_ids(tokenizer, history, replies, True, tools)
+            more = continuation_ids(tokenizer, history, replies, True, tools, end.text)
             ids += more
             mask += [0] * len(more)
             history += replies
@@ -221,14 +232,17 @@ def masked_conversation(
 
 
 def check_mask(
-    tokenizer, messages: list[dict], tools: list[dict] | None = None
+    tokenizer, messages: list[dict], tools: list[dict] | None = None, end: TurnEnd | None = None
 ) -> tuple[Check, list[int], list[int]]:
-    """The mask-1 tokens decode to exactly the assistant messages, each ended by eos."""
-    ids, mask = masked_conversation(tokenizer, messages, tools)
+    """The mask-1 tokens decode to exactly the assistant messages, each ended by the
+    template's turn end (`end`, found when None)."""
+    end = find_turn_end(tokenizer) if end is None else end
+    ids, mask = masked_conversation(tokenizer, messages, tools, end)
     sampled = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
-    eos = tokenizer.eos_token
-    expected = "".join(m["content"] + eos for m in messages if m["role"] == "assistant")
-    full = render(tokenizer, messages, False, tools)
+    expected = "".join(m["content"] + end.text for m in messages if m["role"] == "assistant")
+    # the conversation goes on: a turn end that reaches into the next turn's header
+    # ("\n### ") is what the template writes after any assistant turn but the last
+    full = render(tokenizer, [*messages, {"role": "user", "content": "Thanks."}], False, tools)
     if sampled != expected:
         check = Check(
             "loss-mask",
@@ -241,7 +255,8 @@ def check_mask(
             "loss-mask",
             False,
             "the masked token stream differs from the template",
-            f"the template should end assistant turns with {eos!r}",
+            "the template should write the same turn end right after every assistant "
+            f"message's content (the turn end found: {end.describe(tokenizer)})",
         )
     else:
         n = sum(mask)
@@ -297,9 +312,11 @@ def show_mask(console: Console, tokenizer, ids: list[int], mask: list[int]) -> N
 
 
 def run_checks(
-    tokenizer, format_name: str, tool_parser: str | None = None
+    tokenizer, format_name: str, tool_parser: str | None = None, end: TurnEnd | None = None
 ) -> tuple[list[Check], list[int], list[int]]:
-    """The three checks of one format, and the sample conversation's ids and mask."""
+    """The three checks of one format, and the sample conversation's ids and mask; `end`
+    is the template's turn end (found when None)."""
+    end = find_turn_end(tokenizer) if end is None else end
     try:
         fmt = tool_format(tokenizer, format_name, tool_parser)
     except ValueError as err:
@@ -309,18 +326,20 @@ def run_checks(
     prefix = check_prefix(tokenizer, sample_conversation(fmt, think=True), tools)
     if not prefix.ok:  # the rollout cannot build this conversation, nor its mask
         return [prefix], [], []
-    mask_check, ids, mask = check_mask(tokenizer, messages, tools)
-    return [prefix, check_round_trip(tokenizer, fmt, tools), mask_check], ids, mask
+    mask_check, ids, mask = check_mask(tokenizer, messages, tools, end)
+    return [prefix, check_round_trip(tokenizer, fmt, tools, end), mask_check], ids, mask
 
 
 def run_doctor(
     tokenizer, model_name: str, format_name: str, console: Console, tool_parser: str | None = None
 ) -> bool:
     """Runs every check, prints a report; True when the template can be used as it is."""
-    checks, ids, mask = run_checks(tokenizer, format_name, tool_parser)
+    end = find_turn_end(tokenizer)
+    checks, ids, mask = run_checks(tokenizer, format_name, tool_parser, end)
     if ids:  # the sample conversation was built: its tool text is forged in turn
         checks.append(check_plain_tool_text(tokenizer, format_name, tool_parser))
     console.print(f"[bold]agentgym doctor[/bold]: {model_name}, tool format {format_name}")
+    console.print(f"  turn end: {end.describe(tokenizer)}", markup=False)
     for c in checks:
         mark = "[green]ok[/green]  " if c.ok else "[red]FAIL[/red]"
         console.print(f"  {mark} {c.name}: {c.detail}")

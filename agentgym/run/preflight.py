@@ -45,12 +45,14 @@ import gymnasium as gym
 from agentgym.config import Config, ConfigError
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
 from agentgym.env.mixture import EnvMix
+from agentgym.extras import require_serve
 from agentgym.learn.advantages import unregistered
 from agentgym.policy.chat_templates import read_chat_template
 from agentgym.policy.models import ModelNotFoundError, check_model_available
 from agentgym.run.curriculum import level_problem
 from agentgym.sandboxes import Sandbox, SandboxUnavailableError
 from agentgym.scale import ranks
+from agentgym.serve.agents import load_agent
 from agentgym.tools.mcp import McpServer, McpStartError
 
 logger = logging.getLogger(__name__)
@@ -99,6 +101,7 @@ def check(
         except (ValueError, OSError) as err:
             problems.append(Problem("model.chat_template", str(err)))
     problems += _env_problems(config, command)
+    problems += _agent_problems(config)
     if command == "train":  # after the env's module, which may register them, is imported
         problems += [Problem(key, why) for key, why in unregistered(config.grpo).items()]
     if problems:
@@ -139,6 +142,24 @@ def rule_problems(config: Config, command: Command) -> list[Problem]:
         why = "the sft-long row compares with the SFT warm-up in the closing table"
         valid = "sft.warmup: true and eval.report_tasks > 0, or sft.long: off"
         problems.append(Problem("sft.long", f"{why}; valid: {valid}"))
+    return problems
+
+
+def _agent_problems(config: Config) -> list[Problem]:
+    """Whether `run.agent` names an async function that can be imported, and plays here."""
+    if config.run.agent is None:
+        return []
+    require_serve("run.agent (the endpoint an agent calls)")
+    problems = []
+    try:
+        load_agent(config.run.agent)
+    except ValueError as err:
+        problems.append(
+            Problem("run.agent", str(err).removeprefix(f"run.agent {config.run.agent!r}: "))
+        )
+    if config.distributed.backend != "none":
+        why = "an agent program plays through the endpoint in this process"
+        problems.append(Problem("distributed.backend", f"{why}; valid: none with run.agent"))
     return problems
 
 

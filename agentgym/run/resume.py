@@ -25,9 +25,16 @@ from agentgym.config import Config
 from agentgym.eval.heldout import TaskResult
 from agentgym.learn.learner import Learner
 from agentgym.learn.lora import wrap_lora
-from agentgym.policy.models import load_configured
+from agentgym.policy.models import load_configured, resolve_from
 from agentgym.records import CheckpointState
-from agentgym.run.checkpoint import prune, read_state, read_trainer, save_checkpoint
+from agentgym.run.checkpoint import (
+    ADAPTER_DIR,
+    portable_name,
+    prune,
+    read_state,
+    read_trainer,
+    save_checkpoint,
+)
 from agentgym.scale import ranks
 
 
@@ -98,7 +105,7 @@ class Trainer:
         p = self.progress
         state = CheckpointState(
             step=step,
-            start_model=start_model,
+            start_model=portable_name(start_model, run.output, run.output),
             history=p.history,
             best_step=p.best_step,
             skipped_steps=p.skipped_steps,
@@ -120,8 +127,12 @@ class Trainer:
 
 
 def resume_state(folder: Path) -> CheckpointState:
-    """A training checkpoint's state (`state.json`, read by `read_state`)."""
-    return CheckpointState.from_json(read_state(folder))
+    """A training checkpoint's state (`state.json`, read by `read_state`); a start model
+    inside the run folder (`checkpoint-sft`) found where the folder is now."""
+    state = CheckpointState.from_json(read_state(folder))
+    if state.start_model is None:
+        return state
+    return dataclasses.replace(state, start_model=resolve_from(state.start_model, folder.parent))
 
 
 def restore(state: CheckpointState, resume: Path, learner: Learner, rng) -> Progress:
@@ -152,10 +163,13 @@ def _numpy_state() -> list[Any]:
 
 def load_trainable(model, folder: Path) -> None:
     """Loads a checkpoint's trained weights (LoRA adapters, or the whole model) into `model`."""
-    if (folder / ADAPTER_FILE).is_file():
+    adapters = [
+        f for f in (folder / ADAPTER_FILE, folder / ADAPTER_DIR / ADAPTER_FILE) if f.is_file()
+    ]
+    if adapters and hasattr(model, "peft_config"):
         from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model, load_file(folder / ADAPTER_FILE))
+        set_peft_model_state_dict(model, load_file(adapters[0]))
         return
     missing, unexpected = model.load_state_dict(
         load_file(folder / "model.safetensors"), strict=False

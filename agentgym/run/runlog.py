@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from agentgym import records
+from agentgym.extras import available, install_hint
 from agentgym.run.failures import failed_fraction
 from agentgym.types import Trajectory
+
+logger = logging.getLogger(__name__)
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -46,19 +50,31 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
 def env_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Per member of an env mix: `env/<name>/reward/mean` (scorable episodes; NaN for none)
-    and `env/<name>/correctness_rate` (NaN when it reports no correctness). Empty outside a mix."""
+    and `env/<name>/correctness_rate` (NaN when it reports no correctness); the same per task
+    category, `category/<label>/...`. Empty outside a mix and without categories."""
     out: dict[str, float] = {}
     for name in sorted({t.env for t in trajectories if t.env is not None}):
         mine = [t for t in trajectories if t.env == name]
-        scored = [t.reward for t in mine if t.scorable]
-        parts = [t.reward_parts["correctness"] for t in mine if "correctness" in t.reward_parts]
-        out[records.env_metric(name, records.REWARD_MEAN)] = (
-            sum(scored) / len(scored) if scored else math.nan
-        )
-        out[records.env_metric(name, records.CORRECTNESS_RATE)] = (
-            sum(v >= 1.0 for v in parts) / len(parts) if parts else math.nan
-        )
+        out.update(_figures(mine, name, records.env_metric))
+    for label in sorted({t.category for t in trajectories if t.category is not None}):
+        mine = [t for t in trajectories if t.category == label]
+        out.update(_figures(mine, label, records.category_metric))
     return out
+
+
+def _figures(
+    mine: Sequence[Trajectory], name: str, key: Callable[[str, str], str]
+) -> dict[str, float]:
+    """The mean reward (scorable episodes) and correctness rate of some episodes, under
+    `key(name, metric)`."""
+    scored = [t.reward for t in mine if t.scorable]
+    parts = [t.reward_parts["correctness"] for t in mine if "correctness" in t.reward_parts]
+    return {
+        key(name, records.REWARD_MEAN): sum(scored) / len(scored) if scored else math.nan,
+        key(name, records.CORRECTNESS_RATE): (
+            sum(v >= 1.0 for v in parts) / len(parts) if parts else math.nan
+        ),
+    }
 
 
 def failure_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float | str]:
@@ -85,7 +101,8 @@ def failure_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float | str
 
 
 def tool_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Tool-call counts: calls per episode, and errors per call, overall and by kind.
+    """Tool-call counts: calls per episode, and errors per call, overall and by kind; and
+    an agent program's split samples (`agent/split_samples`), summed.
 
     Empty when no environment reported tool calls.
     """
@@ -96,11 +113,14 @@ def tool_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     if "tool_calls" not in totals:
         return {}
     calls = totals.pop("tool_calls")
+    split = totals.pop("split_samples", None)  # an agent program's episodes (run.agent)
     errors = {k.removeprefix("tool_errors/"): v for k, v in totals.items() if k.startswith("tool_")}
     out = {records.TOOL_CALLS: calls / len(trajectories)}
     out[records.TOOL_ERROR_RATE] = sum(errors.values()) / calls if calls else 0.0
     for kind, n in sorted(errors.items()):
         out[f"{records.TOOL_ERRORS_PREFIX}{kind}"] = n / calls if calls else 0.0
+    if split is not None:
+        out[records.SPLIT_SAMPLES] = split
     return out
 
 
@@ -118,7 +138,13 @@ class RunLog:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.writer = None
-        if tensorboard:
+        if tensorboard and not available("tensorboard"):
+            logger.warning(
+                "TensorBoard logging is off: tensorboard is not installed (%s, or set "
+                "run.tensorboard: false); metrics.jsonl has every metric",
+                install_hint("tensorboard"),
+            )
+        elif tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(self.directory / "tb"), purge_step=purge_step)

@@ -35,6 +35,7 @@ from agentgym.run.runlog import RunLog, truncate_logs
 from agentgym.run.sft import on_device
 from agentgym.scale import ranks
 from agentgym.scale.samplers import make_sampler, play_share, ranks_sample, sampler_envs
+from agentgym.serve.agents import AgentSampler, agent_options
 from agentgym.types import TaskSpec, Trajectory
 
 
@@ -157,15 +158,23 @@ class Run:
             assert resume is not None  # the state was read from it
             progress = restore(self.state, resume, learner, rng)
         self.trainer = Trainer(learner, tokenizer, rng, progress, unsharded=whole)
-        self.sampler = make_sampler(
-            config,
-            self.envs,
-            self.policy,
-            tokenizer,
-            self.start_model,
-            learner.named_weights,
-            learner_model=learner.model,
-        )
+        agent = agent_options(config)
+        if agent is not None:  # an agent program plays, through the endpoint, in this process
+            copies = self.policy.model is not learner.model
+            player = agent.player(self.policy, tokenizer)
+            self.sampler = AgentSampler(
+                player, self.envs, self.policy, tokenizer, copies_weights=copies
+            )
+        else:
+            self.sampler = make_sampler(
+                config,
+                self.envs,
+                self.policy,
+                tokenizer,
+                self.start_model,
+                learner.named_weights,
+                learner_model=learner.model,
+            )
         if self.state is not None or whole is not None:
             self.sampler.load_weights(lambda: ranks.share_weights(learner), progress.step)
         return self.trainer

@@ -27,16 +27,20 @@ from agentgym.learn.logprobs import Prefix, backward_micro_batches, token_logpro
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams
 from agentgym.policy.models import load_configured, place
+from agentgym.policy.turn_end import find_turn_end
 from agentgym.rollout.episodes import TaskSpec, collect, use_chat_template
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.types import Batch, Trajectory
 
 
 class ScriptPolicy(PolicyBase):
-    """Plays fixed assistant turns, one per `generate` call, for a single episode."""
+    """Plays fixed assistant turns, one per `generate` call, for a single episode; each
+    turn ends with the chat template's turn end (`agentgym.policy.turn_end`), as a
+    sampled one does."""
 
     def __init__(self, tokenizer, turns: list[str]):
         self.tokenizer, self.turns, self.next = tokenizer, turns, 0
+        self.end = list(find_turn_end(tokenizer).ids)
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, streams=None
@@ -44,7 +48,7 @@ class ScriptPolicy(PolicyBase):
         if len(prompts) != 1 or self.next >= len(self.turns):
             raise RuntimeError("a demonstration ran past its scripted turns")
         ids = self.tokenizer.encode(self.turns[self.next], add_special_tokens=False)
-        ids.append(self.tokenizer.eos_token_id)
+        ids += self.end
         self.next += 1
         return [Generation(tuple(ids), (0.0,) * len(ids), "stop")]
 
@@ -110,6 +114,48 @@ def on_device(model: PreTrainedModel, config: Config) -> PreTrainedModel:
     return model
 
 
+def sft_optimizer(model: PreTrainedModel, config: Config) -> torch.optim.AdamW:
+    """AdamW over `model`'s trainable weights at `sft.lr`: SFT's, and RFT's across its rounds."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=config.sft.lr, eps=config.optim.adam_epsilon)
+
+
+def sft_step(
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    chosen: Sequence[Trajectory],
+    pad_id: int,
+    config: Config,
+) -> dict[str, float]:
+    """One optimizer step on the mean NLL of `chosen`'s mask-1 (sampled) tokens; returns
+    its "sft/loss" and "grad_norm" (before clipping to `optim.max_grad_norm`).
+
+    Micro-batches as the learner's (`optim.micro_batch_size`; `optim.micro_batch_tokens`
+    packs them), each weighted by its share of the batch's tokens, so the gradient is the
+    whole batch's. Under `model.gradient_checkpointing` no prefix is shared: a
+    checkpointed layer drops the prefix's KV cache.
+    """
+    share = not config.model.gradient_checkpointing
+    budget = config.optim.micro_batch_tokens
+    batch = Batch.from_trajectories(chosen, torch.zeros(len(chosen)), pad_id)
+    optimizer.zero_grad(set_to_none=True)
+    tokens = batch.loss_mask.sum().clamp(min=1)
+
+    def loss_fn(micro: Batch, prefix: Prefix | None):
+        part = sft_loss(model, micro, prefix, share, budget is not None)
+        part = part * (micro.loss_mask.sum() / tokens)
+        return part, part.item()
+
+    size = config.optim.micro_batch_size
+    parts = backward_micro_batches(
+        model, batch, size, loss_fn, share_prefix=share, micro_batch_tokens=budget
+    )
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.max_grad_norm)
+    optimizer.step()
+    return {"sft/loss": sum(parts), "grad_norm": float(grad_norm)}
+
+
 def warm_up(
     model, tokenizer, config: Config, advance=lambda: None, after_step=None
 ) -> tuple[PreTrainedModel, list[dict[str, float]]]:
@@ -120,17 +166,12 @@ def warm_up(
     reference (the adapters switched off) then start from the SFT model.
     `advance()` is called after each step, and `after_step(model, record)` when given
     (a benchmark evaluates the model mid-way; the record's seconds are the step's).
-    Under `model.gradient_checkpointing` (which the caller turned on) no prefix is
-    shared: a checkpointed layer drops the prefix's KV cache. `optim.micro_batch_tokens`
-    packs micro-batches as the learner does.
+    Each step is `sft_step`.
     """
     s = config.sft
-    share = not config.model.gradient_checkpointing
-    budget = config.optim.micro_batch_tokens
     model = wrap_lora(model, config) if config.lora.enabled else model
     demos = demonstrations(config, tokenizer, s.demonstrations, config.run.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=s.lr, eps=config.optim.adam_epsilon)
+    optimizer = sft_optimizer(model, config)
     rng = np.random.default_rng(config.run.seed)
     was_training = model.training
     model.train()
@@ -138,30 +179,8 @@ def warm_up(
     for step in range(1, s.steps + 1):
         start = time.perf_counter()
         chosen = [demos[i] for i in rng.choice(len(demos), size=s.batch_size)]
-        batch = Batch.from_trajectories(chosen, torch.zeros(len(chosen)), tokenizer.pad_token_id)
-        optimizer.zero_grad(set_to_none=True)
-        tokens = batch.loss_mask.sum().clamp(min=1)
-
-        def loss_fn(micro: Batch, prefix: Prefix | None, tokens=tokens):
-            part = sft_loss(model, micro, prefix, share, budget is not None)
-            part = part * (micro.loss_mask.sum() / tokens)
-            return part, part.item()
-
-        size = config.optim.micro_batch_size
-        parts = backward_micro_batches(
-            model, batch, size, loss_fn, share_prefix=share, micro_batch_tokens=budget
-        )
-        loss = sum(parts)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.max_grad_norm)
-        optimizer.step()
-        records.append(
-            {
-                "step": step,
-                "sft/loss": loss,
-                "grad_norm": float(grad_norm),
-                "step_seconds": time.perf_counter() - start,
-            }
-        )
+        done = sft_step(model, optimizer, chosen, tokenizer.pad_token_id, config)
+        records.append({"step": step, **done, "step_seconds": time.perf_counter() - start})
         advance()
         if after_step is not None:
             after_step(model, records[-1])

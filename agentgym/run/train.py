@@ -18,7 +18,6 @@ from pathlib import Path
 from agentgym import records
 from agentgym.config import Config
 from agentgym.eval.console import Stages
-from agentgym.eval.plots import training_curves
 from agentgym.learn.advantages import advantages
 from agentgym.learn.update import update
 from agentgym.policy.base import Policy
@@ -129,6 +128,8 @@ def _lead(config: Config, resume: Path | None) -> Path:
             if not _grpo(run, stages, stop):
                 return run.out
             if run.training().progress.history:
+                from agentgym.eval.plots import training_curves  # matplotlib: only here
+
                 training_curves(run.training().progress.history, run.out / "curves.png")
             if run.report_set is not None:
                 phases.closing_report(run, run.report_set, stages)

@@ -88,7 +88,7 @@ def schema_tool(
     Args:
         schema: An OpenAI-style function schema, `{"type": "function", "function":
             {...}}`, or its bare "function" object: a "name" (1-64 letters, digits,
-            '_' or '-'), an optional "description" and optional "parameters" (a
+            '_', '-' or '.'), an optional "description" and optional "parameters" (a
             JSON schema of type "object").
         fn: Called with the checked arguments as keyword arguments; it may be async.
         timeout_s: Its time limit in seconds; None for the ToolBox's default.
@@ -138,7 +138,7 @@ def openai_function(schema: Mapping[str, Any]) -> dict[str, Any]:
         function = schema
     name = function.get("name")
     if not isinstance(name, str) or not TOOL_NAME.match(name):
-        raise ValueError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'")
+        raise ValueError(f"tool name {name!r} must be 1-64 letters, digits, '_', '-' or '.'")
     description = function.get("description", "")
     if not isinstance(description, str):
         raise ValueError(f"tool {name!r}: description must be a string, got {description!r}")

@@ -27,7 +27,23 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pydantic
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function names allow
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+"""Tool names: OpenAI's letters, digits, '_' and '-', and '.' as published function-calling
+data writes them (`math.factorial`)."""
+
+LOOSE_TYPES: dict[str, str | None] = {
+    "dict": "object",
+    "float": "number",
+    "double": "number",
+    "int": "integer",
+    "str": "string",
+    "bool": "boolean",
+    "tuple": "array",
+    "list": "array",
+    "any": None,
+}
+"""Type names published function-calling data uses (BFCL, glaive, xLAM) and the JSON
+Schema type each means; None: unconstrained (the "type" is dropped)."""
 
 _SECTION = re.compile(r"^[A-Z][A-Za-z ]*:$")  # "Args:", "Returns:", "Raises:", ...
 _ARG_SECTIONS = ("Args:", "Arguments:", "Parameters:")
@@ -124,6 +140,37 @@ def without_titles(schema: Any) -> Any:
         else:
             out[key] = without_titles(value)
     return out
+
+
+def strict_schema(schema: Any) -> Any:
+    """`schema` with the loose type names of `LOOSE_TYPES` as JSON Schema's, at every depth
+    (properties, items, combinators); a copy, anything else kept as it is."""
+    if isinstance(schema, list):
+        return [strict_schema(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "type":
+            value = _strict_type(value)
+            if value is None:
+                continue
+        elif key in ("properties", "$defs", "patternProperties") and isinstance(value, Mapping):
+            value = {name: strict_schema(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf", "not"):
+            value = strict_schema(value)
+        out[key] = value
+    return out
+
+
+def _strict_type(kind: Any) -> Any:
+    """A "type" value with loose names mapped; None when it leaves the value unconstrained."""
+    if isinstance(kind, str):
+        return LOOSE_TYPES.get(kind, kind)
+    if isinstance(kind, list):
+        mapped = [LOOSE_TYPES.get(k, k) if isinstance(k, str) else k for k in kind]
+        return None if None in mapped else list(dict.fromkeys(mapped))
+    return kind
 
 
 def argument_path(loc: Sequence[str | int]) -> str:

@@ -183,7 +183,9 @@ def tool(
     def build(func: Callable[..., Any]) -> Tool:
         tool_name = name or func.__name__
         if not TOOL_NAME.match(tool_name):
-            raise ValueError(f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'")
+            raise ValueError(
+                f"tool name {tool_name!r} must be 1-64 letters, digits, '_', '-' or '.'"
+            )
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"tool {tool_name}: timeout_s must be positive, got {timeout_s}")
         description, docs = parse_docstring(func.__doc__)

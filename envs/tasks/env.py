@@ -32,10 +32,18 @@ from typing import Any
 from agentgym.env.core import AgentEnv, Feedback, Split, Task
 from agentgym.env.templates import ToolFormatName
 from agentgym.env.tool_env import ToolEnv
-from agentgym.envs.tasks.data import Rows, read_rows
+from agentgym.envs.tasks.calls_env import FunctionCallsEnv
+from agentgym.envs.tasks.data import DataError, Rows, read_rows
 from agentgym.envs.tasks.judges import Judge, import_object, make_judge
 from agentgym.envs.tasks.sample import SAMPLE_ROWS
-from agentgym.envs.tasks.table import Columns, TaskTable, build_table, cached_table
+from agentgym.envs.tasks.table import (
+    Columns,
+    TaskTable,
+    build_table,
+    cached_table,
+    is_schema_cell,
+    opening_messages,
+)
 from agentgym.rewards.verifiable import (
     Format,
     check_weights,
@@ -53,22 +61,11 @@ BOXED: tuple[Format, ...] = ("boxed",)
 """What counts as well-formed without tools: reasoning ended by one boxed answer."""
 
 
-def opening_messages(
-    task: Task, system_prompt: str | None, instructions: str = ""
-) -> list[Message]:
-    """The messages that open an episode: the system prompt (a row's own system message
-    instead, if it has one), then `instructions`, then the row's prompt or messages."""
-    messages = task.metadata.get("messages") or (Message("user", task.prompt),)
-    if messages[0].role == "system":
-        system_prompt, messages = messages[0].content, messages[1:]
-    system = "\n\n".join(p for p in (system_prompt, instructions) if p)
-    return [*([Message("system", system)] if system else []), *messages]
-
-
 class TableTasks:
     """The task hooks of an env whose tasks are a data file's rows (`self.table`)."""
 
     table: TaskTable
+    task: Task | None
 
     def num_tasks(self, split: Split) -> int:
         return self.table.num_tasks(split)
@@ -78,6 +75,15 @@ class TableTasks:
 
     def load_task(self, task_id: str) -> Task:
         return self.table.load_task(task_id)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """As the env's own reset; `info["category"]` is the row's category (or None)."""
+        obs, info = super().reset(seed=seed, options=options)  # type: ignore[misc]
+        assert self.task is not None
+        info["category"] = self.task.metadata.get("category")
+        return obs, info
 
 
 class TasksEnv(TableTasks, AgentEnv):
@@ -110,7 +116,7 @@ class TasksEnv(TableTasks, AgentEnv):
         render_mode: str | None = None,
     ):
         super().__init__(system_prompt=system_prompt, render_mode=render_mode)
-        self.table, self.judge = table, judge
+        self.table, self.answer_judge = table, judge
         self.reward_weights = check_weights(
             reward_weights,
             ONE_TURN_PARTS,
@@ -125,7 +131,7 @@ class TasksEnv(TableTasks, AgentEnv):
         assert self.task is not None  # step() checked it
         answer = extract_boxed(action)
         answers = self.task.metadata["answers"]
-        correct = answer is not None and self.judge(answer, answers)
+        correct = answer is not None and self.answer_judge(answer, answers)
         parts = {
             "correctness": -1.0 if answer is None else float(correct),
             "format": format_reward(action, formats=BOXED),
@@ -143,10 +149,11 @@ class TasksEnv(TableTasks, AgentEnv):
         """The row's first answer, boxed, when the judge accepts it as a reply (not a regex)."""
         answer = task.metadata["answers"][0]
         text = f"The answer is \\boxed{{{answer}}}."
-        if extract_boxed(text) != answer or not self.judge(answer, task.metadata["answers"]):
+        if extract_boxed(text) != answer or not self.answer_judge(answer, task.metadata["answers"]):
             raise NotImplementedError(
                 f"Tasks-v0 has no demonstration of {task.metadata['where']}: judge "
-                f"{self.judge.name!r} does not accept its answer {answer!r}, boxed, as a reply"
+                f"{self.answer_judge.name!r}"
+                f" does not accept its answer {answer!r}, boxed, as a reply"
             )
         return [text]
 
@@ -178,7 +185,7 @@ class ToolTasksEnv(TableTasks, ToolEnv):
         system_prompt: str | None = None,
         render_mode: str | None = None,
     ):
-        self.table, self.judge, self.given_tools = table, judge, tuple(tools)
+        self.table, self.answer_judge, self.given_tools = table, judge, tuple(tools)
         self.box_options = {
             "max_result_chars": max_result_chars,
             "max_calls_per_turn": max_calls_per_turn,
@@ -202,7 +209,7 @@ class ToolTasksEnv(TableTasks, ToolEnv):
         return list(self.given_tools)
 
     def is_correct(self, task: Task, answer: str) -> bool:
-        return self.judge(answer, task.metadata["answers"])
+        return self.answer_judge(answer, task.metadata["answers"])
 
     @functools.cached_property
     def all_tools(self) -> tuple[RunnableTool, ...]:
@@ -243,6 +250,15 @@ class ToolTasksEnv(TableTasks, ToolEnv):
         box = self.offered(task)[0]
         instructions = self.format.instructions(list(box.tools.values()))
         return opening_messages(task, self.system_prompt, instructions)
+
+
+class TableCallsEnv(TableTasks, FunctionCallsEnv):
+    """Function-calling rows from a data file: each row's own schemas and expected calls,
+    judged by `agentgym.rewards.calls` (see `agentgym.envs.tasks.calls_env`)."""
+
+    def __init__(self, table: TaskTable, **options: Any):
+        self.table = table
+        super().__init__(**options)
 
 
 # -- making one -------------------------------------------------------------------------------
@@ -322,6 +338,7 @@ def make_tasks_env(
     split_column: str | None = None,
     tools_column: str | None = None,
     expected_calls_column: str | None = None,
+    category_column: str | None = None,
     test_fraction: float = 0.1,
     seed: int = 0,
     judge: str = "math",
@@ -335,10 +352,13 @@ def make_tasks_env(
     max_turns: int | None = None,
     max_result_chars: int | None = None,
     max_calls_per_turn: int | None = None,
-) -> TasksEnv | ToolTasksEnv:
+    string_match: str | None = None,
+    call_reward: str | None = None,
+) -> TasksEnv | ToolTasksEnv | TableCallsEnv:
     """Tasks from your own data, a prompt and an answer a row; one turn, or several with tools.
 
-    Makes a `TasksEnv`, or with `tools` or `mcp_servers` a `ToolTasksEnv`.
+    Makes a `TasksEnv`, or with `tools` or `mcp_servers` a `ToolTasksEnv`, or for rows
+    with their own function schemas a `TableCallsEnv`.
 
     Args:
         data: A `.jsonl`, `.json`, `.csv` or `.parquet` file, a folder saved by
@@ -348,9 +368,14 @@ def make_tasks_env(
         answer_column: Its cells are a string or a number, or a list of them.
         split_column: Its cells are "train" or "test"; None splits by a hash of the
             prompt (a `DatasetDict`'s own splits count as a split column).
-        tools_column: Its cells name the tools the row offers (all if empty).
+        tools_column: Its cells name the tools the row offers (all if empty), or are
+            the row's own function schemas: then the env is a `TableCallsEnv`,
+            judge-only unless `tools` runs the functions, and the answer column is
+            optional.
         expected_calls_column: Its cells are the calls that solve the row,
-            `[{"name": ..., "arguments": {...}}]`, for the "tool" reward part.
+            `[{"name": ..., "arguments": {...}}]` (with the row's own schemas also
+            `[{"<function>": {"<argument>": [values]}}]`, and `[]` for: call nothing).
+        category_column: Its cells label the rows; figures are reported per label.
         test_fraction: The hash split's share of test rows (at least one row each).
         seed: The hash split's seed.
         judge: "math", "exact", "contains", "regex" or "module:function"; see `judges`.
@@ -362,6 +387,9 @@ def make_tasks_env(
         render_mode: None or "ansi".
         tool_format, tool_parser, max_turns, max_result_chars, max_calls_per_turn: as
             for `ToolEnv`; only with tools.
+        string_match: "exact" (the default) or "normalized"; only with the rows' own
+            schemas (see `agentgym.rewards.calls`).
+        call_reward: "seed" (the default) or "toolrl"; likewise.
 
     Raises:
         ValueError: An option, the data source, or rows not valid (`DataError` lists every
@@ -370,30 +398,84 @@ def make_tasks_env(
     options: dict[str, Any] = {"tool_format": tool_format, "tool_parser": tool_parser}
     options.update(max_turns=max_turns, max_result_chars=max_result_chars)
     options.update(max_calls_per_turn=max_calls_per_turn)
-    columns = Columns(
-        prompt_column, answer_column, split_column, tools_column, expected_calls_column
-    )
     given = [resolve_tool(t, f"tools[{i}]") for i, t in enumerate(_as_list(tools, "tools"))]
     servers = _as_list(mcp_servers, "mcp_servers")
-    with_tools = bool(given or servers)
-    columns_of_tools = {
+    rows = _sample_rows() if data is None else read_rows(data)
+    own = _own_schemas(rows, tools_column)
+    answers: str | None = answer_column
+    if own and answer_column == "answer" and "answer" not in rows.columns:
+        answers = None  # function-calling data: the calls are the answer
+    columns = Columns(
+        prompt_column,
+        answers,
+        split_column,
+        tools_column,
+        expected_calls_column,
+        category_column,
+    )
+    with_tools = bool(given or servers) or own
+    needs_tools = {
+        **options,
         "tools_column": tools_column,
         "expected_calls_column": expected_calls_column,
     }
-    _check_options(test_fraction, seed, {} if with_tools else {**options, **columns_of_tools})
+    _check_options(test_fraction, seed, {} if with_tools else needs_tools)
+    judge_options = {"string_match": string_match, "call_reward": call_reward}
+    _check_calls_options(rows, own, servers, expected_calls_column, judge_options)
     tool_options = {k: v for k, v in options.items() if v is not None}
     judged = make_judge(judge)
     from_file = data is None or isinstance(data, str | os.PathLike)
     table = (cached_table if from_file else build_table)(
-        _sample_rows() if data is None else read_rows(data),
+        rows,
         columns,
         test_fraction=float(test_fraction),
         seed=seed,
         check=judged.check_expected,
-        known_tools=None if servers else frozenset(t.name for t in given),
+        known_tools=None if servers or own else frozenset(t.name for t in given),
     )
     common: dict[str, Any] = {"reward_weights": reward_weights, "system_prompt": system_prompt}
+    if own:
+        chosen = {k: v for k, v in judge_options.items() if v is not None}
+        return TableCallsEnv(
+            table, tools=given, render_mode=render_mode, **common, **tool_options, **chosen
+        )
     if with_tools:
         common.update(tool_options, mcp_servers=servers)
         return ToolTasksEnv(table, judged, given, render_mode=render_mode, **common)
     return TasksEnv(table, judged, render_mode=render_mode, **common)
+
+
+def _own_schemas(rows: Rows, tools_column: str | None) -> bool:
+    """Whether the rows offer their own function schemas (any row's tools cell holds them)."""
+    if tools_column is None:
+        return False
+    return any(is_schema_cell(row.get(tools_column)) for row in rows.rows)
+
+
+def _check_calls_options(
+    rows: Rows,
+    own: bool,
+    servers: Sequence[Any],
+    expected_calls_column: str | None,
+    judge_options: Mapping[str, Any],
+) -> None:
+    """ValueError for options of function-calling rows that do not fit the data."""
+    if not own:
+        given = [f"{k}={v!r}" for k, v in judge_options.items() if v is not None]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} apply to rows with their own function schemas; valid: "
+                "a tools_column whose cells are function schemas"
+            )
+        return
+    if expected_calls_column is None:
+        raise DataError(
+            f"{rows.name}: the rows offer their own function schemas, so their expected "
+            "calls are the answer; valid: also give expected_calls_column ([] in a row for: "
+            "call nothing)"
+        )
+    if servers:
+        raise ValueError(
+            "mcp_servers with rows that offer their own function schemas; valid: one or the "
+            "other (tools= callables run the rows' functions by name)"
+        )

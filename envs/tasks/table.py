@@ -10,9 +10,15 @@ problems are reported together in one `DataError`, each with where its row is
 - an answer: a string or a number, or a non-empty list of them (any one counts);
   surrounding whitespace is stripped, and an empty answer is a problem;
 - optionally a split, "train" or "test";
-- optionally the names of the tools the row offers (a subset of the env's);
+- optionally the tools the row offers: the names of some of the env's tools, or the
+  row's own function schemas (OpenAI's `{"type": "function", "function": {...}}` or bare
+  `{"name", "description", "parameters"}`, loose type names made strict by
+  `agentgym.tools.schema.strict_schema`), told apart by the cell's shape;
 - optionally the calls that solve it, `[{"name", "arguments"}, ...]` (or OpenAI's
-  `{"function": {"name", "arguments"}}`), for `ToolEnv`'s "tool" reward part.
+  `{"function": {"name", "arguments"}}`), for `ToolEnv`'s "tool" reward part; with the
+  row's own schemas also BFCL's acceptable values, `[{"<function>": {"<argument>":
+  [values]}}]` (see `agentgym.rewards.calls`), each checked against its schema;
+- optionally a category, any label, for per-category figures.
 
 List cells may be JSON text (as a CSV cell must be). In Parquet files and
 `datasets` folders, store call arguments as JSON text: Arrow gives every row's
@@ -45,6 +51,9 @@ from typing import Any
 from agentgym.env.core import SPLITS, Split, Task
 from agentgym.env.tool_env import ExpectedCall
 from agentgym.envs.tasks.data import DataError, Rows, data_error
+from agentgym.rewards.calls import CallSpec, call_specs, spec_problems
+from agentgym.tools.function_tools import openai_function
+from agentgym.tools.schema import JsonArguments, strict_schema
 from agentgym.types import Message
 
 AnswerCheck = Callable[[str], "str | None"]
@@ -56,10 +65,11 @@ class Columns:
     """Which columns hold what; None for a column the data does not have."""
 
     prompt: str = "prompt"
-    answer: str = "answer"
+    answer: str | None = "answer"
     split: str | None = None
     tools: str | None = None
     expected_calls: str | None = None
+    category: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,9 @@ class Row:
     split: str | None = None
     tools: tuple[str, ...] | None = None
     expected_calls: tuple[ExpectedCall, ...] = ()
+    schemas: tuple[dict[str, Any], ...] | None = None
+    call_specs: tuple[CallSpec, ...] | None = None
+    category: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,12 +93,14 @@ class TaskTable:
 
     `tool_uses` maps each tool name the rows mention to where it is first
     mentioned, to check the names against tools known only later (MCP servers').
+    `own_schemas`: the rows offer their own function schemas (function-calling data).
     """
 
     name: str
     tasks: Mapping[str, Task]
     ids: Mapping[str, tuple[str, ...]]
     tool_uses: Mapping[str, str] = field(default_factory=dict)
+    own_schemas: bool = False
 
     def num_tasks(self, split: Split) -> int:
         """How many rows the split holds."""
@@ -108,6 +123,18 @@ class TaskTable:
                 f"no task {task_id!r} in {self.name}; ids read '<split>/<row>', the row's "
                 f"index in the file, e.g. {', '.join(map(repr, firsts))}"
             ) from None
+
+
+def opening_messages(
+    task: Task, system_prompt: str | None, instructions: str = ""
+) -> list[Message]:
+    """The messages that open an episode: the system prompt (a row's own system message
+    instead, if it has one), then `instructions`, then the row's prompt or messages."""
+    messages = task.metadata.get("messages") or (Message("user", task.prompt),)
+    if messages[0].role == "system":
+        system_prompt, messages = messages[0].content, messages[1:]
+    system = "\n\n".join(p for p in (system_prompt, instructions) if p)
+    return [*([Message("system", system)] if system else []), *messages]
 
 
 # -- one cell at a time: each raises ValueError saying what is wrong and what is valid --------
@@ -219,6 +246,65 @@ def expected_calls_of(value: Any, offered: frozenset[str] | None) -> tuple[Expec
     return calls
 
 
+def is_schema_cell(value: Any) -> bool:
+    """Whether a tools cell holds function schemas (any object), rather than tool names."""
+    try:
+        listed = _listed(value, "")
+    except ValueError:
+        return False
+    return any(isinstance(item, Mapping) for item in listed)
+
+
+def schemas_of(value: Any) -> tuple[dict[str, Any], ...]:
+    """A row's own function schemas, each as OpenAI's "function" object with strict types."""
+    valid = (
+        "valid: a list of function schemas, {'type': 'function', 'function': {'name', "
+        "'description', 'parameters'}} or the bare {'name', 'description', 'parameters'}"
+    )
+    functions: list[dict[str, Any]] = []
+    for i, item in enumerate(_listed(value, valid)):
+        if not isinstance(item, Mapping):
+            raise ValueError(f"tool {i} is a {type(item).__name__}; {valid}")
+        try:
+            function = openai_function(item)
+            parameters = strict_schema(function.get("parameters", {"type": "object"}))
+            function["parameters"] = parameters
+            JsonArguments(parameters, function["name"])
+        except ValueError as err:
+            raise ValueError(f"tool {i}: {err}") from None
+        functions.append(function)
+    names = [f["name"] for f in functions]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"two tools are named {twice[0]!r}; valid: distinct names")
+    return tuple(functions)
+
+
+def specs_of(value: Any, schemas: Sequence[Mapping[str, Any]]) -> tuple[CallSpec, ...]:
+    """The expected calls of a row with its own schemas, each checked against its function."""
+    specs = call_specs(_listed(value, "a list of calls ([] for: call nothing)"))
+    offered = {f["name"]: f["parameters"] for f in schemas}
+    problems: list[str] = []
+    for spec in specs:
+        if spec.name not in offered:
+            problems.append(
+                f"expected call {spec.name!r} names a function the row does not offer "
+                f"({', '.join(sorted(offered))})"
+            )
+        else:
+            problems += spec_problems(spec, offered[spec.name])
+    if problems:
+        raise ValueError("; ".join(problems))
+    return specs
+
+
+def category_of(value: Any) -> str:
+    """A category cell: a label (a non-empty string, or a number)."""
+    if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
+        raise ValueError(f"{value!r}; valid: a label (a non-empty string)")
+    return str(value).strip()
+
+
 def split_of(value: Any) -> str:
     """A split cell: "train" or "test"."""
     if value not in SPLITS:
@@ -254,18 +340,27 @@ def parse_row(
             return None
 
     prompt = cell(columns.prompt, prompt_of)
-    answers = cell(columns.answer, answers_of, check)
+    answers = cell(columns.answer, answers_of, check) if columns.answer else ()
     split = cell(columns.split, split_of) if columns.split else None
-    tools = None
-    if columns.tools and _given(row.get(columns.tools)):
+    category = None
+    if columns.category and _given(row.get(columns.category)):
+        category = cell(columns.category, category_of)
+    tools = schemas = specs = None
+    own = columns.tools is not None and is_schema_cell(row.get(columns.tools))
+    if own and columns.tools is not None:
+        schemas = cell(columns.tools, schemas_of)
+    elif columns.tools and _given(row.get(columns.tools)):
         tools = cell(columns.tools, tools_of, known_tools)
     offered = frozenset(tools) if tools is not None else known_tools
     calls: tuple[ExpectedCall, ...] = ()
-    if columns.expected_calls and _given(row.get(columns.expected_calls)):
+    if own:
+        if columns.expected_calls and schemas is not None:
+            specs = cell(columns.expected_calls, specs_of, schemas)
+    elif columns.expected_calls and _given(row.get(columns.expected_calls)):
         calls = cell(columns.expected_calls, expected_calls_of, offered) or ()
     if problems:
         return None, problems
-    return Row(prompt[0], prompt[1], answers, split, tools, calls), []
+    return Row(prompt[0], prompt[1], answers, split, tools, calls, schemas, specs, category), []
 
 
 def hash_fraction(text: str, seed: int) -> float:
@@ -310,6 +405,7 @@ def _check_columns(rows: Rows, columns: Columns) -> None:
         "split_column": columns.split,
         "tools_column": columns.tools,
         "expected_calls_column": columns.expected_calls,
+        "category_column": columns.category,
     }
     unknown = [f"{k}={v!r}" for k, v in named.items() if v is not None and v not in rows.columns]
     if unknown:
@@ -351,6 +447,8 @@ def build_table(
         problems += [(position, f"{where}, {p}") for p in found]
         if checked is not None:
             parsed.append(checked)
+    if not problems:
+        problems += _check_tool_shapes(rows, parsed)
     if problems:
         problems.sort(key=lambda p: p[0])  # file order; a row's own problems keep theirs
         raise data_error(rows.name, [text for _, text in problems])
@@ -366,6 +464,28 @@ def build_table(
         except ValueError as err:
             raise DataError(f"{rows.name}: {err}") from None
     return _table(rows, parsed, splits)
+
+
+def _check_tool_shapes(rows: Rows, parsed: Sequence[Row]) -> list[tuple[int, str]]:
+    """Problems of rows whose tools are of the other shape than the first row's: either
+    every row offers its own schemas, or none does."""
+    own = [r.schemas is not None for r in parsed]
+    if not any(own):
+        return []
+    valid = "valid: every row's own function schemas, or every row's tool names"
+    found = []
+    for where, position, row in zip(rows.where, rows.positions, parsed, strict=True):
+        if row.schemas is None:
+            found.append((position, f"{where}: no function schemas of its own; {valid}"))
+        elif row.call_specs is None:
+            found.append(
+                (
+                    position,
+                    f"{where}: its own schemas but no expected calls; valid: "
+                    "an expected_calls_column ([] for: call nothing)",
+                )
+            )
+    return found
 
 
 cached_table = functools.lru_cache(maxsize=16)(build_table)
@@ -387,10 +507,20 @@ def _table(rows: Rows, parsed: Sequence[Row], splits: Sequence[str]) -> TaskTabl
             "messages": row.messages,
             "tools": row.tools,
             "expected_calls": row.expected_calls,
+            "schemas": row.schemas,
+            "call_specs": row.call_specs,
+            "category": row.category,
         }
-        tasks[task_id] = Task(task_id, row.prompt, answer=row.answers[0], metadata=metadata)
+        answer = row.answers[0] if row.answers else json.dumps(_demonstrated(row))
+        tasks[task_id] = Task(task_id, row.prompt, answer=answer, metadata=metadata)
         ids[split].append(task_id)
         for name in [*(row.tools or ()), *(c.name for c in row.expected_calls)]:
             tool_uses.setdefault(name, where)
     frozen_ids = {s: tuple(v) for s, v in ids.items()}
-    return TaskTable(rows.name, tasks, frozen_ids, tool_uses)
+    own = bool(parsed) and parsed[0].schemas is not None
+    return TaskTable(rows.name, tasks, frozen_ids, tool_uses, own_schemas=own)
+
+
+def _demonstrated(row: Row) -> list[dict[str, Any]]:
+    """The calls a perfect answer to a function-calling row makes (its task's `answer`)."""
+    return [spec.demonstration() for spec in row.call_specs or ()]

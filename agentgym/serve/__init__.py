@@ -1,0 +1,1 @@
+"""An OpenAI-compatible endpoint over the policy, recording agents' episodes as exact ids."""

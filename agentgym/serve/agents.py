@@ -1,0 +1,431 @@
+"""Agent programs as the rollout: `run.agent: module:function`, played through the endpoint.
+
+An agent is `async def agent(client: openai.AsyncOpenAI, task: AgentTask)`, written
+against the plain `openai` client. `AgentPlayer` serves the policy in this process on a
+free loopback port and plays G copies of the agent per task, concurrently, each with a
+client whose base URL is its own episode's path: every request it sends is recorded as
+the exact ids the policy saw and sampled (`agentgym.serve.recorder`). The episode's
+reward is what the agent returns, when a number, or else the environment's
+`judge(messages, task)` of the conversation it returns (its last request's messages and
+the reply, when it returns None).
+
+Faults are episodes, not dead runs: an agent that raises, runs past `run.agent_timeout_s`,
+returns something else, or sends no request gives an unscorable episode (advantage 0)
+whose `error` says which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any, cast
+
+import gymnasium as gym
+from transformers import PreTrainedTokenizerBase
+
+from agentgym.config import Config
+from agentgym.env.core import AgentEnv, Task
+from agentgym.extras import require_serve
+from agentgym.policy.base import Policy, SamplingParams, as_policy
+from agentgym.policy.hf import merged_adapters
+from agentgym.rollout.episodes import TaskSpec, turn_stream, use_chat_template
+from agentgym.rollout.sampler import InProcessSampler, WeightSource
+from agentgym.serve.engine import Engine
+from agentgym.serve.recorder import Sample
+from agentgym.serve.service import ChatService, Episode
+from agentgym.tools import CallAttempt
+from agentgym.types import Completion, Message, ToolCall, Trajectory, Turn
+
+AgentFn = Callable[[Any, "AgentTask"], Awaitable[Any]]
+_Job = tuple[gym.Env, TaskSpec, int, int]
+"""One episode to play: its environment, its task, its group and its member in the group."""
+
+
+@dataclass(frozen=True)
+class _Started:
+    """An episode set up for its agent: its path's key, the agent's task, its group, and
+    the env's opening and reset info."""
+
+    key: str
+    task: AgentTask
+    group: int
+    opening: list[dict[str, Any]]
+    info: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class AgentTask:
+    """What an agent is given for one episode.
+
+    Attributes:
+        id: The task's id.
+        messages: The environment's opening messages (system, user), in OpenAI's shape.
+        tools: The environment's tools as OpenAI function tools (`tools=` of a request).
+        task: The environment's task (prompt, answer, metadata).
+    """
+
+    id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    task: Task
+    _env: gym.Env[Any, Any] | None = field(default=None, repr=False)  # wrapped: TimeLimit
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """Runs the environment's tool `name` in this episode's world, as the environment
+        runs a call; returns the result text (or the error the environment would give)."""
+        toolbox = getattr(self._env.unwrapped, "toolbox", None) if self._env else None
+        if toolbox is None:
+            raise RuntimeError(f"task {self.id!r}: the environment has no tools")
+        attempt = CallAttempt(ToolCall(name, dict(arguments)), None)
+        (result,) = await asyncio.to_thread(toolbox.run, [attempt])
+        return str(result.content)
+
+    async def env_step(
+        self, message: Mapping[str, Any], finish_reason: str = "stop"
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The environment's answer to an assistant message (OpenAI's shape) and the
+        reply's `finish_reason` ("length": a call cut off, as the env reads it), as the
+        rollout gives it: its reply messages, each tool result with the `tool_call_id` of
+        the call it answers, and whether the episode is over. An agent that answers each
+        turn this way plays the built-in rollout's conversation."""
+        assert self._env is not None  # the player gives every task its env
+        text = Completion(cast(AgentEnv, self._env.unwrapped).turn_text(message), finish_reason)
+        replies, _, terminated, truncated, _ = await asyncio.to_thread(self._env.step, text)
+        ids = [c.get("id") for c in message.get("tool_calls") or []]
+        results = [r for r in replies if r["role"] == "tool"]
+        for i, result in enumerate(results):  # the calls they answer, in order, as OpenAI's
+            result["tool_call_id"] = ids[i] if i < len(ids) else f"call_unread_{i}"
+        return list(replies), bool(terminated or truncated)
+
+
+def load_agent(path: str) -> AgentFn:
+    """The agent `module:function` or `path/to/file.py:function` names; ValueError naming
+    `run.agent` and what is wrong."""
+    where, _, name = path.rpartition(":")
+    if not where or not name:
+        raise ValueError(
+            f"run.agent {path!r}: give it as module:function or file.py:function, "
+            "e.g. my_agents:solve"
+        )
+    try:
+        module = _import(where)
+    except (ImportError, OSError) as err:
+        raise ValueError(f"run.agent {path!r}: cannot import {where!r}: {err}") from None
+    agent = getattr(module, name, None)
+    if agent is None or not inspect.iscoroutinefunction(agent):
+        raise ValueError(
+            f"run.agent {path!r}: {where} has no async function {name!r}; an agent is "
+            "`async def agent(client: openai.AsyncOpenAI, task: AgentTask)`"
+        )
+    return cast(AgentFn, agent)
+
+
+def _import(where: str) -> ModuleType:
+    if not where.endswith(".py"):
+        return importlib.import_module(where)
+    file = Path(where)
+    spec = importlib.util.spec_from_file_location(f"agentgym_agent_{file.stem}", file)
+    if spec is None or spec.loader is None or not file.is_file():
+        raise ImportError(f"no Python file at {where}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """`run.agent` and how its episodes run (`agent_options` reads them from a config)."""
+
+    agent: str
+    concurrency: int = 16
+    timeout_s: float = 3600.0
+    tool_format: str = "auto"
+    tool_parser: str | None = None
+
+    def player(
+        self, policy: Policy, tokenizer: PreTrainedTokenizerBase, name: str = "agentgym"
+    ) -> AgentPlayer:
+        """A player of the agent with `policy`, served now on a free loopback port."""
+        return AgentPlayer(
+            load_agent(self.agent),
+            policy,
+            tokenizer,
+            concurrency=self.concurrency,
+            timeout_s=self.timeout_s,
+            tool_format=self.tool_format,
+            tool_parser=self.tool_parser,
+            model_name=name,
+        )
+
+
+def agent_options(config: Config) -> AgentOptions | None:
+    """The config's agent program and its settings; None without `run.agent`."""
+    run = config.run
+    if run.agent is None:
+        return None
+    kwargs = run.env_kwargs
+    return AgentOptions(
+        run.agent,
+        run.agent_concurrency,
+        run.agent_timeout_s,
+        kwargs.get("tool_format", "auto"),
+        kwargs.get("tool_parser"),
+    )
+
+
+class AgentSampler(InProcessSampler):
+    """The in-process sampler with an agent program playing the episodes (`AgentPlayer`);
+    the engine's version follows the weights it is given."""
+
+    def __init__(
+        self,
+        player: AgentPlayer,
+        envs: Sequence[gym.Env],
+        policy: Policy,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        copies_weights: bool = False,
+    ):
+        super().__init__(envs, policy, tokenizer, copies_weights=copies_weights)
+        self.player = player
+
+    def _play(
+        self,
+        specs: Sequence[TaskSpec],
+        group_size: int,
+        params: SamplingParams,
+        max_tokens: int | None,
+    ) -> list[Trajectory]:
+        with merged_adapters(self.policy.model):
+            return self.player.collect(
+                self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens
+            )
+
+    def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
+        synced = super().load_weights(weights, version)
+        with self.player.engine.lock:
+            self.player.engine.version = version
+        return synced
+
+    def close(self) -> None:
+        self.player.close()
+        super().close()
+
+
+class AgentPlayer:
+    """Serves `policy` on loopback and plays episodes with `agent` through it.
+
+    Args:
+        concurrency: Most episodes whose agents run at once (`run.agent_concurrency`).
+        timeout_s: Seconds an agent's episode may take (`run.agent_timeout_s`).
+    """
+
+    def __init__(
+        self,
+        agent: AgentFn,
+        policy: Policy,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        concurrency: int = 16,
+        timeout_s: float = 3600.0,
+        tool_format: str = "auto",
+        tool_parser: str | None = None,
+        model_name: str = "agentgym",
+    ):
+        self.agent, self.tokenizer = agent, tokenizer
+        self.concurrency, self.timeout_s = concurrency, timeout_s
+        require_serve("run.agent (the endpoint an agent calls)")
+        from agentgym.serve.app import Server, create_app  # fastapi, uvicorn: `serve` extra
+
+        self.engine = Engine(as_policy(policy))
+        self.service = ChatService(
+            self.engine, tokenizer, model_name, tool_format=tool_format, tool_parser=tool_parser
+        )
+        self.server = Server(create_app(self.service)).start()
+
+    def collect(
+        self,
+        envs: Sequence[gym.Env],
+        specs: Sequence[TaskSpec],
+        group_size: int,
+        policy: Policy,
+        tokenizer: PreTrainedTokenizerBase,
+        params: SamplingParams,
+        max_tokens: int | None = None,
+        env_timeout_s: float | None = None,
+    ) -> list[Trajectory]:
+        """`agentgym.rollout.episodes.collect`'s contract, played by the agent: G episodes
+        of each spec, grouped by task. `policy` and `tokenizer` must be the ones served."""
+        needed = len(specs) * group_size
+        if len(envs) < needed:
+            raise ValueError(f"collect() needs {needed} environments, got {len(envs)}")
+        jobs = [
+            (envs[g * group_size + k], spec, g, k)
+            for g, spec in enumerate(specs)
+            for k in range(group_size)
+        ]
+        # within one collect the weights do not change: a turn continues from its episode's
+        # kept keys and values, as in the rollout
+        with as_policy(policy).reusing_cache():
+            return asyncio.run(self._play_all(jobs, params, max_tokens))
+
+    async def _play_all(
+        self, jobs: list[_Job], params: SamplingParams, max_tokens: int | None
+    ) -> list[Trajectory]:
+        limit = asyncio.Semaphore(self.concurrency)
+        # every episode is set up first, so that the agents' first requests arrive together
+        # and decode as one batch
+        started = [self._start(job, params, max_tokens) for job in jobs]
+
+        async def one(start: _Started | Trajectory) -> Trajectory:
+            if isinstance(start, Trajectory):  # its reset failed
+                return start
+            async with limit:
+                return await self._run(start)
+
+        return list(await asyncio.gather(*(one(s) for s in started)))
+
+    def _start(
+        self, job: _Job, params: SamplingParams, max_tokens: int | None
+    ) -> _Started | Trajectory:
+        """The episode's env reset, its path on the server opened, its task; or, when the
+        reset raised, the episode as an unscorable trajectory."""
+        env, spec, group, member = job
+        agent_env = cast(AgentEnv, env.unwrapped)
+        use_chat_template(env, self.tokenizer)
+        try:
+            obs, info = env.reset(**spec.reset_kwargs())
+        except Exception as err:  # a bug in the environment fails this episode, not the run
+            task_id = spec.task_id or f"seed={spec.seed}"
+            failed = _trajectory(Episode(self.service.recorder()), task_id, group, [], {}, 0, {})
+            return replace(failed, error=f"env.reset raised {type(err).__name__}: {err}")
+        task = agent_env.task
+        assert task is not None  # reset loaded it
+        seed = params.seed
+        streams = None if seed is None else (lambda k: turn_stream(seed, task.task_id, member, k))
+        key = self.service.open_episode(streams, params, max_tokens)
+        tools = list(info.get("tools") or [])  # OpenAI function tools, as envs give them
+        opening = agent_env.agent_opening(list(obs))
+        agent_task = AgentTask(task.task_id, opening, tools, task, env)
+        return _Started(key, agent_task, group, obs, info)
+
+    async def _run(self, start: _Started) -> Trajectory:
+        """Runs the agent on a started episode; its trajectory, judged."""
+        import openai  # the `serve` extra, checked when the player started
+
+        task = start.task
+        client = openai.AsyncOpenAI(
+            base_url=self.server.episode_url(start.key), api_key="agentgym", max_retries=0
+        )
+        error, result = None, None
+        try:
+            result = await asyncio.wait_for(self.agent(client, task), self.timeout_s)
+        except TimeoutError:
+            error = f"the agent ran past run.agent_timeout_s ({self.timeout_s:g} s)"
+        except Exception as err:  # the agent's bug fails its episode, not the run
+            error = f"the agent raised {type(err).__name__}: {err}"
+        finally:
+            await client.close()
+            episode = self.service.close_episode(start.key)
+        if episode.truncated and error is not None:
+            # refused past the token budget, the agent gave up: judged on what it said, as
+            # the rollout judges an episode cut at the budget
+            error, result = None, None
+        reward, parts = 0.0, dict[str, float]()
+        if error is None:
+            assert task._env is not None  # _start gave it
+            reward, parts, error = _reward(task._env, task.task, episode, result)
+        return _trajectory(
+            episode, task.id, start.group, start.opening, start.info, reward, parts, error
+        )
+
+    def close(self) -> None:
+        """Closes the server (its port) and the engine; the policy is the caller's."""
+        self.server.close()
+        self.engine.close()
+
+
+def _reward(
+    env: gym.Env[Any, Any], task: Task, episode: Episode, result: Any
+) -> tuple[float, dict[str, float], str | None]:
+    """The agent's number, or the env's judge of its conversation (no further than the
+    registered `max_episode_steps`, where the rollout's TimeLimit ends it); or why there
+    is none."""
+    if isinstance(result, bool) or not isinstance(result, int | float | list | None):
+        kind = type(result).__name__
+        return 0.0, {}, f"the agent returned a {kind}; return a number, the messages, or None"
+    if isinstance(result, int | float):
+        if not math.isfinite(result):
+            return 0.0, {}, f"the agent returned the reward {result}"
+        return float(result), {"agent": float(result)}, None
+    if not episode.recorder.samples:
+        return 0.0, {}, "the agent sent no request"
+    messages = result if result is not None else episode.conversation
+    try:
+        limit = env.spec.max_episode_steps if env.spec is not None else None
+        reward, parts = cast(AgentEnv, env.unwrapped).judge(messages, task, max_turns=limit)
+    except Exception as err:  # messages the env cannot replay fail the episode
+        return 0.0, {}, f"judge() raised {type(err).__name__}: {err}"
+    return float(reward), dict(parts), None
+
+
+def _trajectory(
+    episode: Episode,
+    task_id: str,
+    group: int,
+    opening: list[dict[str, Any]],
+    info: Mapping[str, Any],
+    reward: float,
+    parts: dict[str, float],
+    error: str | None = None,
+) -> Trajectory:
+    """The episode as a trajectory: its newest sample, with the earlier ones (the agent
+    rewrote its history) in `split_samples`; no tokens when the agent sent no request."""
+    samples = episode.recorder.samples
+    rows = [_sample_row(s, task_id, group) for s in samples]
+    main = rows[-1] if rows else _sample_row(Sample([], 0, [], [], (), None), task_id, group)
+    said = samples[-1].template if samples else []
+    turns = tuple(Turn(m["content"], (), 0.0, {}) for m in said if m["role"] == "assistant")
+    return replace(
+        main,
+        reward=reward,
+        reward_parts=parts,
+        turns=turns,
+        finish_reason=episode.finish_reason,
+        truncated=episode.truncated or error is not None,
+        prompt_messages=tuple(Message.from_dict(m) for m in opening),
+        counts={
+            "tool_calls": float(episode.tool_calls),
+            "split_samples": float(episode.recorder.split_samples),
+        },
+        error=error,
+        env=info.get("env"),
+        category=info.get("category"),
+        split_samples=tuple(rows[:-1]),
+    )
+
+
+def _sample_row(sample: Sample, task_id: str, group: int) -> Trajectory:
+    """One recorded sample as a trajectory row (its reward is the episode's)."""
+    return Trajectory(
+        task_id=task_id,
+        group=group,
+        tokens=tuple(sample.tokens),
+        loss_mask=tuple(sample.loss_mask),
+        logprobs=tuple(sample.logprobs),
+        prompt_length=sample.prompt_length,
+        reward=0.0,
+        reward_parts={},
+        turns=(),
+        finish_reason="stop",
+        truncated=False,
+        turn_spans=tuple(sample.spans),
+        token_versions=tuple(sample.versions),
+    )

@@ -1,0 +1,157 @@
+"""The HTTP side: FastAPI routes over a `ChatService`, and uvicorn run in a thread.
+
+Routes: `GET /v1/models`, `POST /v1/chat/completions`, and the same under
+`/episodes/<key>/v1/` for an episode being recorded (its requests are attributed by the
+path alone: an agent needs only its `base_url`). Errors have OpenAI's shape, status 400
+for a bad request (not FastAPI's 422), 401 for a wrong API key, 404 for an episode path
+not recording. A streamed reply (`stream: true`) is sent as server-sent events once the
+completion is sampled: the content and the calls as one delta each, then `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from agentgym.serve.requests import BadRequest
+from agentgym.serve.service import ChatService, UnknownEpisode
+
+
+def _error(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    body = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return JSONResponse({"error": body}, status_code=status)
+
+
+def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
+    """The OpenAI-compatible app over `service`; with `api_key`, every request must bear it
+    (`Authorization: Bearer <key>`, as the `openai` client sends it)."""
+    app = FastAPI(title="agentgym", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.middleware("http")
+    async def check_key(request: Request, call_next: Any) -> Response:
+        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+            return _error(401, "wrong or missing API key", code="invalid_api_key")
+        response: Response = await call_next(request)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        return _error(400, str(err))
+
+    @app.get("/v1/models")
+    @app.get("/episodes/{episode}/v1/models")
+    async def models(episode: str | None = None) -> dict[str, Any]:
+        return service.models()
+
+    async def chat(request: Request, episode: str | None) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the request body is not JSON")
+        try:
+            reply = await service.complete(body, episode)
+        except BadRequest as err:
+            return JSONResponse(err.body(), status_code=400)
+        except UnknownEpisode:
+            return _error(404, f"no episode {episode!r} is being recorded", code="unknown_episode")
+        if isinstance(body, dict) and body.get("stream"):
+            return StreamingResponse(_events(reply), media_type="text/event-stream")
+        return JSONResponse(reply)
+
+    @app.post("/v1/chat/completions")
+    async def completions(request: Request) -> Response:
+        return await chat(request, None)
+
+    @app.post("/episodes/{episode}/v1/chat/completions")
+    async def episode_completions(episode: str, request: Request) -> Response:
+        return await chat(request, episode)
+
+    return app
+
+
+async def _events(reply: dict[str, Any]) -> AsyncIterator[str]:
+    """A completed reply as OpenAI's stream of chunks: per choice the role, the content,
+    the calls, and the finish reason; then `[DONE]`."""
+    head = {k: reply[k] for k in ("id", "created", "model")}
+    for choice in reply["choices"]:
+        message, index = choice["message"], choice["index"]
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        if message.get("content"):
+            deltas.append({"content": message["content"]})
+        if message.get("tool_calls"):
+            calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
+            deltas.append({"tool_calls": calls})
+        for delta in deltas:
+            chunk = {"index": index, "delta": delta, "finish_reason": None, "logprobs": None}
+            yield _event({**head, "object": "chat.completion.chunk", "choices": [chunk]})
+        last = {"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}
+        last["logprobs"] = choice.get("logprobs")
+        yield _event({**head, "object": "chat.completion.chunk", "choices": [last]})
+    yield "data: [DONE]\n\n"
+
+
+def _event(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data)}\n\n"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (or `localhost`)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Server:
+    """uvicorn serving `app` on a thread; `port` 0 takes a free one. A context manager:
+    the listener is closed when the block ends, however it ends."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0):
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="agentgym-serve", daemon=True)
+        self.host = host
+        self.port = port
+
+    def start(self) -> Server:
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise OSError(
+                    f"cannot listen on {self.host}:{self.port}: the port is taken, or the "
+                    "address is not this machine's"
+                )
+            self._thread.join(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def url(self) -> str:
+        """The base URL an `openai` client takes: `http://host:port/v1`."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def episode_url(self, key: str) -> str:
+        return f"http://{self.host}:{self.port}/episodes/{key}/v1"
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,125 @@
+"""One thread samples for every request: requests that arrive together share forward passes.
+
+HTTP handlers `submit` prompts and wait on futures; the engine's thread takes every prompt
+waiting, and more while they keep arriving (until `gather_s` passes without one, or
+`gather_max_s` after the first), and samples them in one `generate` call per set of
+sampling parameters: 16 agents released together decode as one batch of 16.
+A prompt that arrives while a batch decodes goes into the next one (the batch is not
+joined mid-decode: the transformers backend decodes a batch to its end).
+
+`version` is the policy version sampling now; the training loop sets it after each weight
+sync, under `lock`, which `generate` holds too.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+
+from agentgym.policy.base import Generation, Policy, SamplingParams
+
+
+@dataclass
+class _Pending:
+    prompt: list[int]
+    params: SamplingParams
+    stream: int
+    future: Future[tuple[Generation, int]] = field(default_factory=Future)
+
+
+class Engine:
+    """Samples the prompts submitted from any thread, batched, on its own thread.
+
+    Args:
+        policy: What samples; the engine is its only caller while it runs.
+        gather_s: The quiet time that closes a batch: how long to wait for one more prompt.
+        gather_max_s: The longest a batch's first prompt waits for others.
+        max_batch: Most prompts in one `generate` call.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        gather_s: float = 0.01,
+        gather_max_s: float = 0.1,
+        max_batch: int = 256,
+    ):
+        self.policy = policy
+        self.gather_s, self.gather_max_s, self.max_batch = gather_s, gather_max_s, max_batch
+        self.version = 0
+        self.lock = threading.Lock()
+        self.batches: list[int] = []  # the size of each generate call made, in order
+        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="agentgym-engine", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self, prompt: list[int], params: SamplingParams, stream: int
+    ) -> Future[tuple[Generation, int]]:
+        """A future of the completion of `prompt` and the policy version that sampled it.
+
+        `stream` names the random stream of the completion (`Policy.generate`'s streams):
+        the same stream and parameters give the same completion whatever else is batched.
+        """
+        if not self._thread.is_alive():
+            raise RuntimeError("the engine is closed")
+        pending = _Pending(prompt, replace(params, seed=None), stream)
+        self._queue.put(pending)
+        return pending.future
+
+    def close(self) -> None:
+        """Stops the thread once the batch in progress is done; later submits raise."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _take(self) -> tuple[list[_Pending], bool]:
+        """The next batch (blocking for its first prompt), and whether to stop after it."""
+        first = self._queue.get()
+        if first is None:
+            return [], True
+        batch, deadline = [first], time.monotonic() + self.gather_max_s
+        while len(batch) < self.max_batch:
+            wait = min(self.gather_s, deadline - time.monotonic())
+            try:
+                item = self._queue.get(timeout=max(0.0, wait))
+            except queue.Empty:
+                break
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _loop(self) -> None:
+        stop = False
+        while not stop:
+            batch, stop = self._take()
+            groups: dict[SamplingParams, list[_Pending]] = {}
+            for item in batch:
+                groups.setdefault(item.params, []).append(item)
+            for params, items in groups.items():
+                self._sample(params, items)
+        while True:  # prompts submitted while closing get an error, not a hang
+            try:
+                late = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if late is not None:
+                late.future.set_exception(RuntimeError("the engine is closed"))
+
+    def _sample(self, params: SamplingParams, items: list[_Pending]) -> None:
+        try:
+            with self.lock:
+                self.batches.append(len(items))
+                version = self.version
+                gens = self.policy.generate(
+                    [i.prompt for i in items], params, [i.stream for i in items]
+                )
+        except Exception as err:  # the requests fail; the engine goes on
+            for item in items:
+                item.future.set_exception(err)
+            return
+        for item, gen in zip(items, gens, strict=True):
+            item.future.set_result((gen, version))

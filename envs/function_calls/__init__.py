@@ -1,0 +1,1 @@
+"""`agentgym/FunctionCalls-v0`: a procedural function-calling world (see `env`)."""
