@@ -148,6 +148,10 @@ sabotage "a run of failed steps not stopped" agentgym/run/failures.py \
     "    if in_a_row < run.max_failed_steps:" "    if True:" \
     tests/test_failure_policy.py::test_a_run_whose_env_always_raises_stops_with_a_checkpoint_and_the_error
 
+sabotage "a turn's env.step calls made one after another" agentgym/rollout/episodes.py \
+    "    workers = env_workers or len(jobs)" "    workers = 1" \
+    tests/test_env_workers.py::test_every_live_episodes_step_of_a_turn_is_made_at_once
+
 sabotage "a hung env.step waited for" agentgym/rollout/episodes.py \
     '            lambda: ep.env.step(Completion(text, finish_reason)), timeout_s, "env.step"' \
     '            lambda: ep.env.step(Completion(text, finish_reason)), None, "env.step"' \

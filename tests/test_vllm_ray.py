@@ -74,11 +74,14 @@ def test_a_vllm_ray_worker_samples_with_the_weights_each_sync_path_sent(ray_loca
     weights = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     generator = torch.Generator().manual_seed(0)
 
-    def learner_step():  # new adapters, far enough from the last to change the samples
+    # New adapters, far enough from the last to change the samples: with B of scale 0.02 the
+    # adapters moved logprobs by less than LOGPROB_TOLERANCE and the seeded samples could come
+    # out the same (a stop's CI did), so neither check saw whether the engine had them.
+    def learner_step():
         with torch.no_grad():
             for name, p in weights:
                 if "lora_B" in name:
-                    p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
+                    p.copy_(torch.randn(p.shape, generator=generator) * 0.1)
 
     def play(label: str) -> list[tuple[int, ...]]:
         played = rollout.collect(SPECS, 2, PARAMS, max_tokens=MAX_TOKENS)

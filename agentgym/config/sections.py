@@ -214,6 +214,13 @@ class RunConfig(Section):
     env_step_timeout_s: float | None = Field(
         300.0, gt=0, description="Seconds an env.reset or step may take (None: no limit)."
     )
+    env_workers: int | None = Field(
+        None,
+        ge=1,
+        description="Threads that call the episodes' env.reset and env.step at once, so tools "
+        "waiting on I/O wait together; results are applied in order, so a seed gives the same "
+        "run. None: one per live episode; 1: one after another (for envs sharing state).",
+    )
     agent: str | None = Field(
         None, description="An agent program (module:function, file.py:function; docs/agents.md)."
     )

@@ -165,6 +165,7 @@ class HeldOut:
         batch: int = 32,
         stop: Sequence[str] = (),
         env_timeout_s: float | None = None,
+        env_workers: int | None = None,
         agent: AgentOptions | None = None,
     ):
         if not task_ids:
@@ -173,7 +174,7 @@ class HeldOut:
         self.tokenizer = tokenizer
         self.max_new_tokens, self.max_episode_tokens = max_new_tokens, max_episode_tokens
         self.n, self.temperature, self.top_p, self.stop = n, temperature, top_p, tuple(stop)
-        self.env_timeout_s = env_timeout_s
+        self.env_timeout_s, self.env_workers = env_timeout_s, env_workers
         self.agent = agent
         self._collect: CollectFn = collect
         self.batch = max(batch, n)
@@ -199,6 +200,7 @@ class HeldOut:
             max_episode_tokens=s.max_episode_tokens,
             stop=s.stop,
             env_timeout_s=run.env_step_timeout_s,
+            env_workers=run.env_workers,
             agent=agent_options(config),
         )
 
@@ -222,6 +224,7 @@ class HeldOut:
                 params,
                 max_tokens=self.max_episode_tokens,
                 env_timeout_s=self.env_timeout_s,
+                env_workers=self.env_workers,
             )
             out += [played[i * group : (i + 1) * group] for i in range(len(ids))]
             advance(len(played))

@@ -16,9 +16,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsFloat, TypeVar
 
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
@@ -60,6 +62,13 @@ class _Episode:
     category: str | None = None  # the task's category, as the env's reset info gives it
     hung: bool = False  # its env's reset or step timed out: the env is replaced after
 
+
+T = TypeVar("T")
+R = TypeVar("R")
+_Reset = tuple[list[dict[str, Any]], dict[str, Any]]
+"""What `env.reset` returns: the opening messages and the info."""
+_Stepped = tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]
+"""What `env.step` returns: the reply's messages, reward, terminated, truncated, info."""
 
 _SENTINEL = "\u2063agentgym-end-of-content\u2063"
 
@@ -166,19 +175,26 @@ def turn_stream(seed: int, task_id: str, member: int, turn: int) -> int:
     return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "little")
 
 
+def _reset(env: gym.Env, spec: TaskSpec, timeout_s: float | None) -> _Reset | Exception:
+    """`env.reset` for `spec` (on a worker thread), or the exception it raised or timed out with."""
+    try:
+        return call_within(lambda: env.reset(**spec.reset_kwargs()), timeout_s, "env.reset")
+    except Exception as err:  # a bug in the environment fails this episode, not the run
+        return err
+
+
 def _start(
     env: gym.Env,
     spec: TaskSpec,
     group: int,
     member: int,
     tokenizer: PreTrainedTokenizerBase,
-    timeout_s: float | None = None,
+    reset: _Reset | Exception,
 ) -> _Episode:
-    use_chat_template(env, tokenizer)
-    try:
-        obs, info = call_within(lambda: env.reset(**spec.reset_kwargs()), timeout_s, "env.reset")
-    except Exception as err:  # a bug in the environment fails this episode, not the run
-        return _failed_start(env, spec, group, member, err)
+    """The episode `env`'s reset began (`reset`: what `_reset` returned)."""
+    if isinstance(reset, Exception):
+        return _failed_start(env, spec, group, member, reset)
+    obs, info = reset
     tools = info.get("tools") if info.get("tool_format") == "native" else None
     prompt = prompt_ids(tokenizer, obs, tools)
     return _Episode(
@@ -216,33 +232,49 @@ def _fail(ep: _Episode, err: Exception) -> None:
     ep.done = ep.truncated = True
 
 
-def _advance(
-    ep: _Episode,
-    gen: Generation,
-    tokenizer: PreTrainedTokenizerBase,
-    end: TurnEnd,
-    timeout_s: float | None = None,
-) -> None:
-    """Appends one sampled turn (`end`: the template's turn end), steps the environment,
-    and appends its reply."""
-    ids, finish_reason = gen.ids, gen.finish_reason
+def _sampled(
+    ep: _Episode, gen: Generation, tokenizer: PreTrainedTokenizerBase, end: TurnEnd
+) -> tuple[str, str | None]:
+    """Appends one sampled turn (`end`: the template's turn end); its text for the
+    environment, and the turn end the glue adds (None where the turn sampled it)."""
+    ids = gen.ids
     ep.spans.append((len(ep.tokens), len(ep.tokens) + len(ids)))
     ep.tokens.extend(ids)
     ep.loss_mask.extend([1] * len(ids))
     ep.logprobs.extend(gen.logprobs)
-    ep.finish_reason = finish_reason
+    ep.finish_reason = gen.finish_reason
     # a turn cut at a stop string or at the budget has not sampled the turn end: the glue
     # adds it; so it does after eos, where the template ends turns with another token
     closing = closing_text(tokenizer, ids, end)
-    text = sampled_text(tokenizer, ids, ep.tools is not None, closing)
+    return sampled_text(tokenizer, ids, ep.tools is not None, closing), closing
+
+
+def _step(ep: _Episode, text: str, timeout_s: float | None) -> _Stepped | Exception:
+    """`env.step` with the sampled turn (on a worker thread), or the exception it raised or
+    timed out with."""
+    finish_reason = ep.finish_reason
     try:
-        obs, reward, terminated, truncated, info = call_within(
+        return call_within(
             lambda: ep.env.step(Completion(text, finish_reason)), timeout_s, "env.step"
         )
     except Exception as err:  # a bug in the environment ends this episode, not the run
+        return err
+
+
+def _advance(
+    ep: _Episode,
+    text: str,
+    closing: str | None,
+    stepped: _Stepped | Exception,
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    """Appends the environment's reply to the turn `text` (`stepped`: what `_step`
+    returned), or ends the episode as failed."""
+    if isinstance(stepped, Exception):
         ep.turns.append(Turn(text, (), 0.0, {}))
-        _fail(ep, err)
+        _fail(ep, stepped)
         return
+    obs, reward, terminated, truncated, info = stepped
     parts = {k: float(v) for k, v in info.get("reward_parts", {}).items()}
     ep.turns.append(Turn(text, tuple(Message.from_dict(m) for m in obs), float(reward), parts))
     ep.reward += float(reward)
@@ -277,8 +309,15 @@ def collect(
     params: SamplingParams,
     max_tokens: int | None = None,
     env_timeout_s: float | None = None,
+    env_workers: int | None = None,
 ) -> list[Trajectory]:
     """Plays `group_size` episodes of each task spec; returns trajectories grouped by task.
+
+    The live episodes' `reset` calls, and each turn's `step` calls, run at once on
+    `env_workers` threads (None: one per episode; 1: one after another), so tools that wait
+    on I/O wait together; their results are applied in the episodes' order, so a seed
+    gives the same trajectories however many threads (environments that share state
+    between episodes, such as a user's tool with a global counter, may need 1).
 
     An exception raised by an environment's `reset` or `step`, or one of them running
     past `env_timeout_s`, ends that episode only: it is truncated, unscorable, and
@@ -291,16 +330,47 @@ def collect(
         specs: One TaskSpec per group; the group's G episodes reset identically.
         max_tokens: Episodes longer than this (in tokens) are truncated.
         env_timeout_s: Seconds one `reset` or `step` may take; None: no limit.
+        env_workers: Threads that call the environments at once; None: one per episode.
     """
     needed = len(specs) * group_size
     if len(envs) < needed:
         raise ValueError(f"collect() needs {needed} environments, got {len(envs)}")
-    episodes = [
-        _start(envs[g * group_size + k], spec, g, k, tokenizer, env_timeout_s)
+    jobs = [
+        (envs[g * group_size + k], spec, g, k)
         for g, spec in enumerate(specs)
         for k in range(group_size)
     ]
-    _name_failed_starts(episodes)
+    for env, *_ in jobs:
+        use_chat_template(env, tokenizer)
+    workers = env_workers or len(jobs)
+    with ThreadPoolExecutor(workers, "agentgym-env") if workers > 1 else nullcontext() as pool:
+        resets = _each(pool, lambda job: _reset(job[0], job[1], env_timeout_s), jobs)
+        episodes = [_start(*job, tokenizer, reset) for job, reset in zip(jobs, resets, strict=True)]
+        _name_failed_starts(episodes)
+        _play(episodes, policy, tokenizer, params, max_tokens, env_timeout_s, pool)
+    _replace_hung(envs, episodes)
+    return [_finish(ep) for ep in episodes]
+
+
+def _each(pool: ThreadPoolExecutor | None, call: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """`call` of each item, in the items' order: at once on `pool`'s threads, or one after
+    another on this thread where `pool` is None (`env_workers` 1)."""
+    if pool is None:
+        return [call(item) for item in items]
+    return list(pool.map(call, items))
+
+
+def _play(
+    episodes: list[_Episode],
+    policy: Policy,
+    tokenizer: PreTrainedTokenizerBase,
+    params: SamplingParams,
+    max_tokens: int | None,
+    env_timeout_s: float | None,
+    pool: ThreadPoolExecutor | None,
+) -> None:
+    """Plays the started episodes turn by turn: one `generate` over every live episode,
+    then their `env.step` calls at once on `pool`, applied in order."""
     policy = as_policy(policy)
     end = find_turn_end(tokenizer)
     # a policy that can continues each episode's next turn from its cache
@@ -308,12 +378,13 @@ def collect(
         while live := [ep for ep in episodes if not ep.done]:
             streams = None if params.seed is None else [stream(params.seed, ep) for ep in live]
             gens = policy.generate([ep.tokens for ep in live], params, streams)
-            for ep, gen in zip(live, gens, strict=True):
-                _advance(ep, gen, tokenizer, end, env_timeout_s)
+            turns = [_sampled(ep, gen, tokenizer, end) for ep, gen in zip(live, gens, strict=True)]
+            played = list(zip(live, (text for text, _ in turns), strict=True))
+            steps = _each(pool, lambda pair: _step(*pair, env_timeout_s), played)
+            for ep, (text, closing), stepped in zip(live, turns, steps, strict=True):
+                _advance(ep, text, closing, stepped, tokenizer)
                 if not ep.done and max_tokens is not None and len(ep.tokens) >= max_tokens:
                     ep.done = ep.truncated = True
-    _replace_hung(envs, episodes)
-    return [_finish(ep) for ep in episodes]
 
 
 def _name_failed_starts(episodes: list[_Episode]) -> None:

@@ -86,13 +86,22 @@ def play(
     params: SamplingParams,
     max_tokens: int | None = None,
     env_timeout_s: float | None = None,
+    env_workers: int | None = None,
 ) -> list[Trajectory]:
     """`collect` with a LoRA policy's adapters merged into its model while it samples (one
     matrix per layer instead of three); what an in-process sampler and a Ray worker run."""
     policy = as_policy(policy)
     with merged_adapters(policy.model):
         return collect(
-            envs, specs, group_size, policy, tokenizer, params, max_tokens, env_timeout_s
+            envs,
+            specs,
+            group_size,
+            policy,
+            tokenizer,
+            params,
+            max_tokens,
+            env_timeout_s,
+            env_workers,
         )
 
 
@@ -145,6 +154,7 @@ class InProcessSampler(QueuedSampler):
         tokenizer: The policy's tokenizer.
         env_timeout_s: Seconds an environment's `reset` or `step` may take before its
             episode is given up as unscorable (`run.env_step_timeout_s`); None: no limit.
+        env_workers: Threads that call the environments at once (`run.env_workers`).
         copies_weights: Whether `policy` samples with its own copy of the learner's
             weights (a vLLM engine, rank 0's whole copy of a sharded learner), which
             `load_weights` then refreshes; False when it samples with the learner's model.
@@ -157,13 +167,14 @@ class InProcessSampler(QueuedSampler):
         tokenizer: PreTrainedTokenizerBase,
         env_timeout_s: float | None = None,
         *,
+        env_workers: int | None = None,
         copies_weights: bool = False,
     ) -> None:
         super().__init__()
         self.envs = list(envs)
         self.policy = as_policy(policy)
         self.tokenizer = tokenizer
-        self.env_timeout_s = env_timeout_s
+        self.env_timeout_s, self.env_workers = env_timeout_s, env_workers
         self.copies_weights = copies_weights
 
     def _play(
@@ -182,6 +193,7 @@ class InProcessSampler(QueuedSampler):
             params,
             max_tokens,
             self.env_timeout_s,
+            self.env_workers,
         )
 
     def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:

@@ -57,6 +57,7 @@ class RolloutWorker:
             self.policy = HFPolicy(model, self.tokenizer)
         self.envs = [make_env(config.run.env, **config.run.env_kwargs) for _ in range(envs)]
         self.env_timeout_s = config.run.env_step_timeout_s
+        self.env_workers = config.run.env_workers
         self.incarnation = uuid.uuid4().hex  # a restarted actor gets a new one
         self._group: SyncGroup | None = None
 
@@ -109,9 +110,9 @@ class RolloutWorker:
         max_tokens: int | None,
     ) -> Reply:
         """`rollout.collect` over this worker's groups; groups are numbered from 0."""
-        timeout = self.env_timeout_s
+        env = self.env_timeout_s, self.env_workers
         played = play(
-            self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens, timeout
+            self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens, *env
         )
         return self.incarnation, played
 

@@ -137,5 +137,12 @@ def make_sampler(
     if ranks_sample(config):
         return RankSampler(envs, policy, tokenizer)
     copies = policy.model is not learner_model
-    timeout = config.run.env_step_timeout_s
-    return InProcessSampler(envs, policy, tokenizer, timeout, copies_weights=copies)
+    run = config.run
+    return InProcessSampler(
+        envs,
+        policy,
+        tokenizer,
+        run.env_step_timeout_s,
+        env_workers=run.env_workers,
+        copies_weights=copies,
+    )

@@ -260,9 +260,11 @@ class AgentPlayer:
         params: SamplingParams,
         max_tokens: int | None = None,
         env_timeout_s: float | None = None,
+        env_workers: int | None = None,
     ) -> list[Trajectory]:
         """`agentgym.rollout.episodes.collect`'s contract, played by the agent: G episodes
-        of each spec, grouped by task. `policy` and `tokenizer` must be the ones served."""
+        of each spec, grouped by task. `policy` and `tokenizer` must be the ones served;
+        `env_workers` is not used (the agents' episodes run `run.agent_concurrency` at once)."""
         needed = len(specs) * group_size
         if len(envs) < needed:
             raise ValueError(f"collect() needs {needed} environments, got {len(envs)}")

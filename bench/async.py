@@ -1,0 +1,124 @@
+"""Benchmark (issue 38): what overlapping environment calls buys when tools wait on I/O.
+
+Measured now: one rollout (`collect`, B tasks x G episodes) with the episodes' `env.reset`
+and `env.step` calls made one after another (`run.env_workers: 1`, the peer: what every
+release before this one did) against all at once (the default), side by side in this run,
+sides alternating by round, on two environments whose calls wait:
+
+- `latency`: three turns an episode, each `env.step` waiting `--latency-ms` (200) as a tool
+  on an HTTP API would (a stand-in for the API, named as such: nothing here can reach one);
+- `code`: agentgym/Code-v0 with the local sandbox (bubblewrap or unshare), each answer run
+  against its tests in a fresh sandbox. The policy answers every task with one fixed
+  program (a stand-in that writes code, so that every episode runs it).
+
+The policy is tiny-random (built in code) for `latency`, so the rollout's own decoding is
+small beside the waits. Asynchronous GRPO (`pipeline.max_off_policy_steps`) is the next
+part of issue 38; its arms are to come here.
+
+    .venv/bin/python bench/async.py
+    .venv/bin/python bench/async.py --envs latency --tasks 4 --group 4 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from agentgym.env.core import AgentEnv, Feedback, Task, make_env
+from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.hf import HFPolicy
+from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.types import Message
+
+PROGRAM = "```python\ndef solve(*args, **kwargs):\n    return 0\n```"
+
+
+class LatencyEnv(AgentEnv):
+    """Three turns; each `step` waits `latency_s` as a remote tool would, then answers."""
+
+    def __init__(self, latency_s: float = 0.2, turns: int = 3, **kwargs):
+        super().__init__(**kwargs)
+        self.latency_s, self.turns, self.turn = latency_s, turns, 0
+
+    def num_tasks(self, split):
+        return 64
+
+    def task_id(self, split, index):
+        return f"latency/{split}/{index}"
+
+    def load_task(self, task_id):
+        self.turn = 0
+        return Task(task_id=task_id, prompt=f"Look up record {task_id.rsplit('/', 1)[1]}.")
+
+    def respond(self, action):
+        time.sleep(self.latency_s)  # the stand-in API's round trip
+        self.turn += 1
+        done = self.turn == self.turns
+        reply = () if done else (Message("user", f"Record part {self.turn}: ok."),)
+        return Feedback(reply, reward=float(done), reward_parts={}, terminated=done)
+
+
+class FixedProgramPolicy:
+    """Answers every turn with `PROGRAM` (a stand-in policy: every episode runs code)."""
+
+    def __init__(self, tokenizer):
+        ids = tokenizer.encode(PROGRAM, add_special_tokens=False)
+        self.ids = (*ids, tokenizer.eos_token_id)
+
+    def generate(self, prompts, params, streams=None):
+        return [Generation(self.ids, (-0.1,) * len(self.ids), "stop") for _ in prompts]
+
+
+def _arms(name: str, args) -> tuple[list, object, object]:
+    model, tokenizer = load_model_and_tokenizer("tiny-random")
+    n = args.tasks * args.group
+    if name == "latency":
+        envs = [LatencyEnv(args.latency_ms / 1000) for _ in range(n)]
+        return envs, HFPolicy(model, tokenizer), tokenizer
+    envs = [make_env("code", families=["generated"]) for _ in range(n)]
+    return envs, FixedProgramPolicy(tokenizer), tokenizer
+
+
+def compare(name: str, args) -> float:
+    """Prints each side's mean rollout seconds; returns serial / parallel."""
+    envs, policy, tokenizer = _arms(name, args)
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, seed=0)
+    seconds: dict[str, list[float]] = {"one after another": [], "at once": []}
+    for r in range(args.rounds):
+        specs = [TaskSpec(seed=1000 * r + t) for t in range(args.tasks)]
+        sides = [("one after another", 1), ("at once", None)]
+        for label, workers in sides if r % 2 == 0 else sides[::-1]:
+            start = time.perf_counter()
+            played = collect(
+                envs, specs, args.group, policy, tokenizer, params, env_workers=workers
+            )
+            seconds[label].append(time.perf_counter() - start)
+            assert not any(t.error for t in played), [t.error for t in played if t.error]
+    for env in envs:
+        env.close()
+    turns = sum(len(t.turns) for t in played) / len(played)
+    print(f"{name}: {args.tasks} tasks x G={args.group}, {turns:.1f} turns an episode, "
+          f"{args.rounds} rounds")  # fmt: skip
+    for label, values in seconds.items():
+        print(f"  env calls {label:<18} {statistics.mean(values):7.2f} s a rollout")
+    ratio = statistics.mean(seconds["one after another"]) / statistics.mean(seconds["at once"])
+    print(f"  ratio at once / one after another: {ratio:.2f}x (aim: >= 1.5)")
+    return ratio
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", default="latency,code")
+    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    args = parser.parse_args()
+    for name in args.envs.split(","):
+        compare(name, args)
+
+
+if __name__ == "__main__":
+    main()
