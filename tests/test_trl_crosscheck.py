@@ -14,7 +14,12 @@ import copy
 
 import pytest
 import torch
-from datasets import Dataset
+
+pytest.importorskip(
+    "trl", reason="TRL is not installed (a dev dependency; make test-lowest leaves it out)"
+)
+
+from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer
 
 from agentgym.learn.grpo import get_policy_loss

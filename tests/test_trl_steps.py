@@ -24,7 +24,12 @@ import copy
 
 import pytest
 import torch
-from datasets import Dataset
+
+pytest.importorskip(
+    "trl", reason="TRL is not installed (a dev dependency; make test-lowest leaves it out)"
+)
+
+from datasets import Dataset  # noqa: E402
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
