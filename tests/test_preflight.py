@@ -237,6 +237,7 @@ QUITS = {"command": [sys.executable, "-c", "raise SystemExit(1)"], "name": "quit
 def test_an_mcp_server_that_cannot_start_is_refused_naming_the_server_and_field(
     tmp_path, capsys, loads
 ):
+    pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'agentgym[mcp]')")
     servers = json.dumps([{"command": [sys.executable, "-c", "pass"]}, QUITS])
     argv = [*TRAIN, "--env", "tool_call", "--output", str(tmp_path / "run"),
             "--set", f"run.env_kwargs.mcp_servers={servers}"]  # fmt: skip
@@ -269,6 +270,7 @@ def _no_isolation_path(tmp_path: Path) -> str:
 
 
 def test_each_member_of_a_mix_is_checked_on_this_machine(tmp_path, monkeypatch, loads):
+    pytest.importorskip("mcp", reason="the MCP SDK is not installed (pip install 'agentgym[mcp]')")
     monkeypatch.setenv("PATH", _no_isolation_path(tmp_path))
     envs = [{"env": "math"}, {"env": "code"},
             {"env": "tool_call", "env_kwargs": {"mcp_servers": [QUITS]}}]  # fmt: skip

@@ -69,6 +69,16 @@ def test_the_old_checkpoint_resumes_to_the_same_weights_and_metrics(tmp_path):
 
 
 def test_the_old_checkpoint_evaluates_to_the_same_report(tmp_path):
+    # The fixture's adapters were saved by peft 0.21; an older peft refuses fields it does not
+    # know (`make test-lowest` runs peft 0.13), which says nothing about agentgym.
+    import dataclasses
+
+    from peft import LoraConfig
+
+    saved = json.loads((FIXTURE / "checkpoint-000002" / "adapter_config.json").read_text())
+    unknown = set(saved) - {f.name for f in dataclasses.fields(LoraConfig)}
+    if unknown:
+        pytest.skip(f"this peft cannot read adapters saved with {sorted(unknown)}")
     expected = EXPECTED["eval_of_checkpoint-000002"]
     argv = ["eval", "--env", "cli_envs:cli_envs/TaughtDigits-v0"]
     argv += ["--model", str(FIXTURE / "checkpoint-000002"), *expected["args"]]
