@@ -24,7 +24,9 @@ step "building the wheel"
 "$PYTHON" -m build --wheel --no-isolation --outdir "$work/dist" "$repo" >"$work/build.log" 2>&1 \
     || { tail -n 20 "$work/build.log"; fail "python -m build"; }
 wheel=$(ls "$work"/dist/agentgym-*.whl)
-unzip -Z1 "$wheel" >"$work/files"
+# the wheel's file list, by Python's zipfile (unzip is not installed everywhere)
+"$PYTHON" -c 'import sys, zipfile; print(*zipfile.ZipFile(sys.argv[1]).namelist(), sep="\n")' \
+    "$wheel" >"$work/files"
 for file in agentgym/policy/templates/qwen2_5_tools.jinja agentgym/sandboxes/docker_setup.sh \
     agentgym/py.typed; do
     grep -qx "$file" "$work/files" || fail "the wheel lacks $file"
