@@ -141,6 +141,15 @@ SYNC_SECONDS = declare("rollout/sync_seconds", "Sending weights to the Ray worke
 WORKER_RESTARTS = declare("rollout/worker_restarts", "Ray worker restarts so far.")
 SYNC_PATH = declare("rollout/sync_path", "How the last sync went (object_store, collective).")
 
+# -- asynchronous GRPO (pipeline.max_off_policy_steps > 0) --
+STALENESS_MEAN = declare(
+    "async/staleness_mean", "Mean versions the trained episodes' oldest tokens were behind."
+)
+STALENESS_MAX = declare("async/staleness_max", "Most versions a trained episode was behind.")
+DROPPED_GROUPS = declare(
+    "async/dropped_groups", "Groups left untrained: more than k versions behind."
+)
+
 # -- time --
 STEP_SECONDS = declare("step_seconds", "Wall-clock seconds of the step.", timing=True)
 ROLLOUT_SECONDS = declare("rollout_seconds", "Of which playing the episodes.", timing=True)

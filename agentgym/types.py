@@ -331,7 +331,8 @@ class StepRecord:
     step: int
     """The step's number (1 for the first GRPO step)."""
     version: int
-    """The policy version that sampled it: the learner updates made before it."""
+    """The policy version it trains as sampled with: the learner updates made before it
+    (asynchronous GRPO may have sampled it with older ones: `Trajectory.token_versions`)."""
     specs: tuple[TaskSpec, ...]
     trajectories: tuple[Trajectory, ...] = ()
     """G per spec, each group contiguous, in the order submitted."""
@@ -348,6 +349,9 @@ class StepRecord:
     """The update's figures (loss, KL, clip fraction, ...), means over its iterations."""
     timings: Mapping[str, float | str] = field(default_factory=dict)
     """Seconds each stage took, and the weight sync's figures, by metric name."""
+    pipeline: Mapping[str, float] = field(default_factory=dict)
+    """Asynchronous GRPO's figures (staleness, dropped groups), by metric name; empty when
+    the run is synchronous."""
 
     def require(self, *names: str) -> None:
         """ValueError unless the fields `names` were filled by the stages before."""

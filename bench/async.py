@@ -12,19 +12,28 @@ sides alternating by round, on two environments whose calls wait:
   program (a stand-in that writes code, so that every episode runs it).
 
 The policy is tiny-random (built in code) for `latency`, so the rollout's own decoding is
-small beside the waits. Asynchronous GRPO (`pipeline.max_off_policy_steps`) is the next
-part of issue 38; its arms are to come here.
+small beside the waits.
+
+`--train N` measures whole training runs of N GRPO steps on `latency` (its reward a
+stand-in that varies within groups: the reply's length, odd or even), synchronous
+(`pipeline.max_off_policy_steps: 0`, the peer) against asynchronous (k = 1), sides
+alternating by round, and prints steps per minute of each and their ratio.
 
     .venv/bin/python bench/async.py
     .venv/bin/python bench/async.py --envs latency --tasks 4 --group 4 --rounds 3
+    .venv/bin/python bench/async.py --envs none --train 8 --model tiny-random
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 
+import gymnasium as gym
+
+from agentgym.cli import main as agentgym
 from agentgym.env.core import AgentEnv, Feedback, Task, make_env
 from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.hf import HFPolicy
@@ -57,7 +66,8 @@ class LatencyEnv(AgentEnv):
         self.turn += 1
         done = self.turn == self.turns
         reply = () if done else (Message("user", f"Record part {self.turn}: ok."),)
-        return Feedback(reply, reward=float(done), reward_parts={}, terminated=done)
+        reward = float(len(action) % 2) if done else 0.0  # a stand-in that varies in a group
+        return Feedback(reply, reward=reward, reward_parts={}, terminated=done)
 
 
 class FixedProgramPolicy:
@@ -108,6 +118,36 @@ def compare(name: str, args) -> float:
     return ratio
 
 
+def steps_per_minute(args) -> float:
+    """Prints each side's steps per minute over whole `--train`-step runs; returns async /
+    sync."""
+    gym.register("bench_async/Latency-v0", entry_point=LatencyEnv, kwargs={
+        "latency_s": args.latency_ms / 1000})  # fmt: skip
+    rates: dict[int, list[float]] = {0: [], 1: []}
+    for r in range(args.rounds):
+        for k in (0, 1) if r % 2 == 0 else (1, 0):
+            with tempfile.TemporaryDirectory() as out:
+                argv = ["train", "--env", "bench_async/Latency-v0", "--model", args.model,
+                        "--steps", str(args.train), "--output", out,
+                        "--set", f"grpo.tasks_per_step={args.tasks}",
+                        "--set", f"grpo.group_size={args.group}",
+                        "--set", "sampling.max_new_tokens=16", "--set", "run.tensorboard=false",
+                        "--set", f"run.save_every={args.train}", "--set", "eval.every=0",
+                        "--set", f"pipeline.max_off_policy_steps={k}"]  # fmt: skip
+                start = time.perf_counter()
+                assert agentgym(argv) == 0
+                rates[k].append(60 * args.train / (time.perf_counter() - start))
+    print(
+        f"training on latency ({args.model}): {args.train} steps a run, {args.tasks} tasks x "
+        f"G={args.group}, {args.rounds} rounds (each run's wall time, model load included)"
+    )
+    for k, label in ((0, "sync"), (1, "async k=1")):
+        print(f"  {label:<10} {statistics.mean(rates[k]):7.1f} steps/min")
+    ratio = statistics.mean(rates[1]) / statistics.mean(rates[0])
+    print(f"  ratio async / sync: {ratio:.2f}x (aim: >= 1.5 where tool latency is half the step)")
+    return ratio
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", default="latency,code")
@@ -115,9 +155,14 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--train", type=int, default=0, help="GRPO steps a training run")
+    parser.add_argument("--model", default="tiny-random", help="for --train")
     args = parser.parse_args()
     for name in args.envs.split(","):
-        compare(name, args)
+        if name != "none":
+            compare(name, args)
+    if args.train:
+        steps_per_minute(args)
 
 
 if __name__ == "__main__":

@@ -259,6 +259,20 @@ sabotage "the endpoint listening on every interface" agentgym/serve/app.py \
     '        config = uvicorn.Config(app, host=host,' '        config = uvicorn.Config(app, host="0.0.0.0",' \
     tests/test_serve.py::test_the_server_listens_on_loopback_only
 
+# -- asynchronous GRPO -------------------------------------------------------------------
+
+sabotage "an async step played with the newest weights there, not the version the rule names" \
+    agentgym/rollout/ahead.py \
+    "                weights = self._weights.pop(version, None)" \
+    "                version = max([version, *self._weights]); weights = self._weights.pop(version, None)" \
+    tests/test_async.py::test_an_async_run_does_not_depend_on_timing
+
+sabotage "an async checkpoint saving the task stream past the steps handed ahead" \
+    agentgym/run/resume.py \
+    '"run": self.submitted[0].stream if self.submitted else self.rng.bit_generator.state,' \
+    '"run": self.rng.bit_generator.state,' \
+    tests/test_async.py::test_a_stopped_async_run_resumed_trains_every_task_of_the_whole_run_once
+
 if [ "$missed" -gt 0 ]; then
     # repeated last, where a log cut to its tail (CI's) still shows them
     printf 'sabotage: NOT caught: %s\n' "${missed_names[@]}"

@@ -16,6 +16,7 @@ from agentgym.config.training import (
     GRPOConfig,
     LoraConfig,
     OptimConfig,
+    PipelineConfig,
     RFTConfig,
     Section,
     SFTConfig,
@@ -332,4 +333,22 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="after")
+    def _pipeline_sampler(self) -> Config:
+        if not self.pipeline.max_off_policy_steps:
+            return self
+        if self.run.agent is not None:
+            raise ValueError(
+                "pipeline.max_off_policy_steps > 0 with run.agent: an agent program's episodes "
+                "are played synchronously for now; set pipeline.max_off_policy_steps: 0"
+            )
+        if self.policy.backend == "vllm" and self.distributed.backend == "none":
+            raise ValueError(
+                "pipeline.max_off_policy_steps > 0 with policy.backend 'vllm' in this process: "
+                "the engine would sample and evaluate at once; use distributed.backend 'ray' "
+                "(each worker its own engine) or policy.backend 'hf'"
+            )
+        return self

@@ -147,3 +147,15 @@ class RFTConfig(Section):
     max_empty_rounds: int = Field(
         5, ge=0, description="Rounds in a row that keep nothing before the run stops; 0: never."
     )
+
+
+class PipelineConfig(Section):
+    max_off_policy_steps: int = Field(
+        0,
+        ge=0,
+        description="k: learner updates the sampler may run ahead by (asynchronous GRPO). Step "
+        "t's tasks are played on a sampler thread with the weights of version max(start, "
+        "t - 1 - k) while the learner steps, so a seed gives the same run whatever the timing; "
+        "a group whose oldest sampled token is more than k versions behind when trained is "
+        "dropped and counted. 0: synchronous, each step sampled with the newest weights.",
+    )

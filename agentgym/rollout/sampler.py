@@ -42,8 +42,10 @@ copy (it samples with the learner's own model) never calls it."""
 class Sampler(Protocol):
     """Plays G episodes of each submitted task with the current policy."""
 
-    version: int
-    """The policy version it samples with now (0: the weights the run started from)."""
+    @property
+    def version(self) -> int:
+        """The policy version it samples with now (0: the weights the run started from)."""
+        ...
 
     def submit(
         self,

@@ -52,6 +52,7 @@ def step_metrics(record: StepRecord, beta: float, length_penalty: float) -> dict
         records.ZERO_VARIANCE: record.flat_groups.float().mean().item(),
         **record.timings,
         records.TOKENS_PER_SECOND: sampled / seconds,
+        **record.pipeline,
     }
     if length_penalty:
         metrics[records.REWARD_PENALISED] = float(record.rewards.nanmean())
@@ -117,6 +118,7 @@ def record_step(
         stages.print(f"[yellow]health[/yellow] step {step}: {w.kind}: {w.message}")
     run.log.metrics(step, metrics, health=[w.kind for w in warnings])
     run.log.completions(step, list(record.trajectories), config.run.log_completions)
+    run.log.trained(record, config.grpo.group_size)
     select = records.EVAL_PASS_AT_1 if ev.n else records.EVAL_CORRECTNESS
     if records.EVAL_CORRECTNESS in metrics and best_step(p.candidates(), select) == step:
         p.best_step = step

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from agentgym.run.checkpoint import (
     save_checkpoint,
 )
 from agentgym.scale import ranks
+from agentgym.types import TaskSpec
 
 
 @dataclass
@@ -72,6 +75,15 @@ def learner_for(config: Config, model, start_model: str | None, resume: Path | N
 ADAPTER_FILE = "adapter_model.safetensors"
 
 
+@dataclass(frozen=True)
+class Submitted:
+    """One step's tasks as handed to the sampler, and where the run's generator stood before
+    it drew them (its `bit_generator.state`)."""
+
+    specs: tuple[TaskSpec, ...]
+    stream: Mapping[str, Any]
+
+
 @dataclass
 class Trainer:
     """The learner and where GRPO stands: what a training checkpoint is written from,
@@ -85,6 +97,9 @@ class Trainer:
     unsharded: Any = None
     """Rank 0's whole copy of a sharded learner's model (`ranks.unsharded_copy`), kept
     in step with it; None when the learner's own model is whole."""
+    submitted: deque[Submitted] = field(default_factory=deque)
+    """Steps whose tasks the sampler was handed ahead of the learner, oldest first
+    (asynchronous GRPO, `pipeline.max_off_policy_steps`); empty between synchronous steps."""
 
     @property
     def model(self):
@@ -114,7 +129,9 @@ class Trainer:
             rng={
                 "python": random.getstate(),
                 "numpy": _numpy_state(),
-                "run": self.rng.bit_generator.state,
+                # a checkpoint goes back to before the tasks handed ahead were drawn: a
+                # resumed run draws them again, to play them with the checkpoint's weights
+                "run": self.submitted[0].stream if self.submitted else self.rng.bit_generator.state,
             },
             evals={k: [dataclasses.asdict(r) for r in v] for k, v in results.items()},
         ).to_json()

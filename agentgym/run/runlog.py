@@ -1,4 +1,4 @@
-"""A run's records: metrics.jsonl, TensorBoard scalars, sampled completions."""
+"""A run's records: metrics.jsonl, TensorBoard scalars, sampled completions, trained.jsonl."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from agentgym import records
 from agentgym.extras import available, install_hint
 from agentgym.run.failures import failed_fraction
-from agentgym.types import Trajectory
+from agentgym.types import StepRecord, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -193,15 +193,30 @@ class RunLog:
                         record[key] = getattr(t, key)
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
+    def trained(self, record: StepRecord, group_size: int) -> None:
+        """Appends one line to trained.jsonl: the step, and per group trained, its task (the
+        reset seed and the env's task id) and the oldest and newest policy version its
+        sampled tokens came from; so a run's tasks can be counted from outside, across
+        resumes (each task trained once)."""
+        groups, starts = [], range(0, len(record.trajectories), group_size)
+        for spec, start in zip(record.specs, starts, strict=True):
+            group = record.trajectories[start : start + group_size]
+            versions = [v for t in group for v in t.token_versions if v >= 0] or [record.version]
+            task = {"seed": spec.seed, "task_id": group[0].task_id}
+            groups.append({**task, "versions": [min(versions), max(versions)]})
+        with open(self.directory / "trained.jsonl", "a") as f:
+            f.write(json.dumps({"step": record.step, "groups": groups}) + "\n")
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
 
 
 def truncate_logs(directory: Path, step: int) -> None:
-    """Drops the records of steps after `step` from metrics.jsonl and completions.jsonl:
-    a run resumed from step `step` logs those steps again. Each file is replaced whole."""
-    for name in ("metrics.jsonl", "completions.jsonl"):
+    """Drops the records of steps after `step` from metrics.jsonl, completions.jsonl and
+    trained.jsonl: a run resumed from step `step` logs those steps again. Each file is
+    replaced whole."""
+    for name in ("metrics.jsonl", "completions.jsonl", "trained.jsonl"):
         path = Path(directory) / name
         if not path.is_file():
             continue
@@ -218,6 +233,7 @@ def truncate_logs(directory: Path, step: int) -> None:
 EARLIER_START = (
     "metrics.jsonl",
     "completions.jsonl",
+    "trained.jsonl",
     "sft_metrics.jsonl",
     "sft_long_metrics.jsonl",
     "tb",

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.config import Config
+from agentgym.config import Config, ConfigError
 from agentgym.env.core import make_env
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids, task_result
 from agentgym.learn.learner import Learner
@@ -26,6 +26,7 @@ from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_configured
 from agentgym.records import CheckpointState
 from agentgym.rewards.functions import RewardFunctions
+from agentgym.rollout.ahead import AheadSampler
 from agentgym.rollout.sampler import Sampler
 from agentgym.run import preflight
 from agentgym.run.checkpoint import read_trainer
@@ -177,6 +178,14 @@ class Run:
             )
         if self.state is not None or whole is not None:
             self.sampler.load_weights(lambda: ranks.share_weights(learner), progress.step)
+        ahead = config.pipeline.max_off_policy_steps
+        if ahead:
+            if ranks.active():
+                raise ConfigError(
+                    "pipeline.max_off_policy_steps > 0 under torchrun: the learner's ranks "
+                    "step in lockstep with rank 0's sampling; run it in one process"
+                )
+            self.sampler = AheadSampler(self.sampler, ahead, first_step=progress.step + 1)
         return self.trainer
 
     def training(self) -> Trainer:

@@ -24,12 +24,13 @@ from agentgym.policy.base import Policy
 from agentgym.policy.models import load_configured
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rewards.score import score
+from agentgym.rollout.ahead import drop_stale
 from agentgym.rollout.sampler import Sampler
 from agentgym.run import phases, preflight, setup
 from agentgym.run.curriculum import Curriculum
 from agentgym.run.interrupt import StopRequest
 from agentgym.run.record import record_step, score_start, step_metrics
-from agentgym.run.resume import Trainer
+from agentgym.run.resume import Submitted, Trainer
 from agentgym.run.runlog import step_note
 from agentgym.run.setup import Run
 from agentgym.run.sft import on_device
@@ -50,16 +51,22 @@ def train_step(
     """GRPO step `step`: the stages in order, on `grpo.tasks_per_step` fresh tasks.
 
     `sampler` plays them with the weights of policy version `step - 1` and gets those
-    of version `step` after the update. `reward_fns` add to each episode's reward.
+    of version `step` after the update; with `pipeline.max_off_policy_steps` k > 0 it was
+    handed them up to k steps before, and plays them with version max(start, step - 1 - k)
+    (`agentgym.rollout.ahead`) while the learner steps on the steps before.
+    `reward_fns` add to each episode's reward.
     `policy`, the run's own, frees what it can while the learner steps (a vLLM engine's
     cache). `difficulty` is the level the tasks are drawn at (a curriculum's; None: the
     env's own). The KL coefficient is the beta schedule's at `step`.
     """
     g, learner, start = config.grpo, trainer.learner, time.perf_counter()
-    specs = setup.task_specs(trainer.rng, g.tasks_per_step, difficulty)  # tasks, then the seed
-    params = setup.sampling_params(config, trainer.rng)
-    sampler.submit(specs, g.group_size, params, max_tokens=config.sampling.max_episode_tokens)
-    record = StepRecord(step, step - 1, tuple(specs), tuple(sampler.poll(wait=True)))
+    ahead, queue = config.pipeline.max_off_policy_steps, trainer.submitted
+    # this step's tasks, and, asynchronously, those of the k steps after it (not past the end)
+    while not queue or (len(queue) <= ahead and step + len(queue) <= config.run.steps):
+        queue.append(_submit(config, trainer, sampler, difficulty))
+    record = StepRecord(step, step - 1, queue.popleft().specs, tuple(sampler.poll(wait=True)))
+    if ahead:
+        record = drop_stale(record, g.group_size, ahead)
     record = score(record, reward_fns, g.length_penalty)
     rollout_seconds = time.perf_counter() - start
     record = advantages(record, g)
@@ -72,6 +79,18 @@ def train_step(
         records.ROLLOUT_SECONDS: rollout_seconds,
     }
     return replace(record, timings={**timings, **synced})
+
+
+def _submit(
+    config: Config, trainer: Trainer, sampler: Sampler, difficulty: int | None
+) -> Submitted:
+    """Draws a step's tasks, then its sampling seed, and hands them to the sampler."""
+    stream = trainer.rng.bit_generator.state
+    specs = setup.task_specs(trainer.rng, config.grpo.tasks_per_step, difficulty)
+    params = setup.sampling_params(config, trainer.rng)
+    max_tokens = config.sampling.max_episode_tokens
+    sampler.submit(specs, config.grpo.group_size, params, max_tokens=max_tokens)
+    return Submitted(tuple(specs), stream)
 
 
 def train(config: Config, resume: Path | None = None) -> Path:

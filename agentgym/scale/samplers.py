@@ -6,17 +6,19 @@ loop only sees the `agentgym.rollout.sampler.Sampler` it returns.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentgym import records
 from agentgym.config import Config
 from agentgym.env.core import make_env
 from agentgym.policy.base import Policy, SamplingParams
+from agentgym.policy.hf import HFPolicy
 from agentgym.rollout.episodes import TaskSpec
 from agentgym.rollout.sampler import (
     InProcessSampler,
@@ -131,12 +133,17 @@ def make_sampler(
     `start_model` and then `weights()`; otherwise `policy` plays in `envs`
     (`sampler_envs`; the sampler closes them), refreshing its own copy of the weights
     when it does not sample with `learner_model`, and under torchrun every rank plays
-    its share (`ranks_sample`)."""
+    its share (`ranks_sample`). Asynchronous GRPO (`pipeline.max_off_policy_steps`)
+    samples while the learner steps, so a transformers policy of the learner's own model
+    gets a copy of it here (`AheadSampler` wraps what this returns, in `Run`)."""
     if config.distributed.backend == "ray":
         return RaySampler(RayRollout(config, start_model, weights()))
     if ranks_sample(config):
         return RankSampler(envs, policy, tokenizer)
     copies = policy.model is not learner_model
+    if config.pipeline.max_off_policy_steps and not copies:
+        own = cast(PreTrainedModel, copy.deepcopy(learner_model))
+        policy, copies = HFPolicy(own, tokenizer), True
     run = config.run
     return InProcessSampler(
         envs,

@@ -1,0 +1,213 @@
+"""Asynchronous GRPO (`pipeline.max_off_policy_steps` k): the sampler plays the next steps'
+tasks on a thread while the learner steps, each with the weights of version
+max(start, t - 1 - k); stale groups dropped and counted; a stopped run resumed trains
+every task of the uninterrupted run once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentgym import records
+from agentgym.cli import main
+from agentgym.config import Config
+from agentgym.rollout.ahead import drop_stale, stale_groups, staleness
+from agentgym.rollout.sampler import InProcessSampler
+from agentgym.types import StepRecord, TaskSpec, TrainingError, Trajectory
+
+STEPS = 5
+RUN = [
+    "train", "--env", "cli_envs:cli_envs/Digits-v0", "--model", "tiny-random",
+    "--set", "lora.enabled=true", "--set", "lora.r=4", "--set", "optim.lr=5e-3",
+    "--set", "grpo.group_size=4", "--set", "grpo.tasks_per_step=3",
+    "--set", "sampling.max_new_tokens=10", "--set", "run.tensorboard=false",
+    "--set", "run.save_every=2", "--steps", str(STEPS),
+]  # fmt: skip
+TIMING = {"step_seconds", "rollout_seconds", "tokens_per_second", records.WEIGHT_SYNC_SECONDS}
+
+
+def _metrics(run: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def _trained(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "trained.jsonl").read_text().splitlines()]
+
+
+def _weights(run: Path) -> bytes:
+    return (run / f"checkpoint-{STEPS:06d}" / "adapter_model.safetensors").read_bytes()
+
+
+def _async(k: int) -> list[str]:
+    return [*RUN, "--set", f"pipeline.max_off_policy_steps={k}"]
+
+
+def test_with_k_1_each_step_trains_on_tokens_of_version_step_minus_2_and_logs_it(tmp_path):
+    run = tmp_path / "run"
+    assert main([*_async(1), "--output", str(run)]) == 0
+    rows, trained = _metrics(run), _trained(run)
+    assert [r["step"] for r in trained] == list(range(1, STEPS + 1))
+    for row in trained:  # version max(0, step - 2): step 1 and 2 sampled by the start model
+        want = max(0, row["step"] - 2)
+        assert [g["versions"] for g in row["groups"]] == [[want, want]] * 3, row
+    assert [r[records.STALENESS_MAX] for r in rows] == [0.0] + [1.0] * (STEPS - 1)
+    assert [r[records.STALENESS_MEAN] for r in rows] == [0.0] + [1.0] * (STEPS - 1)
+    assert all(r[records.DROPPED_GROUPS] == 0.0 for r in rows)
+    assert all(r["grad_norm"] > 0 for r in rows)
+
+
+def test_the_synchronous_run_logs_no_async_figures_and_trains_on_the_newest_version(tmp_path):
+    run = tmp_path / "run"
+    assert main([*RUN, "--output", str(run)]) == 0
+    assert not any(k.startswith("async/") for r in _metrics(run) for k in r)
+    for row in _trained(run):
+        assert all(g["versions"] == [row["step"] - 1] * 2 for g in row["groups"]), row
+
+
+def test_the_sampler_plays_the_next_step_while_the_learner_steps(tmp_path, monkeypatch):
+    """Counted, not timed: each update (but the last) waits until the sampler has begun
+    playing the next step's tasks, which a synchronous loop would never do meanwhile."""
+    import agentgym.run.train as train_module
+
+    plays, begun = [], threading.Condition()
+    real_play, real_update = InProcessSampler._play, train_module.update
+
+    def play(self, *args, **kwargs):
+        with begun:
+            plays.append(threading.current_thread().name)
+            begun.notify_all()
+        return real_play(self, *args, **kwargs)
+
+    def update(record, *args, **kwargs):
+        if record.step < STEPS:
+            with begun:
+                assert begun.wait_for(lambda: len(plays) > record.step, timeout=60), (
+                    f"step {record.step}: the sampler had not begun step {record.step + 1}"
+                )
+        return real_update(record, *args, **kwargs)
+
+    monkeypatch.setattr(InProcessSampler, "_play", play)
+    monkeypatch.setattr(train_module, "update", update)
+    assert main([*_async(1), "--output", str(tmp_path / "run")]) == 0
+    assert plays == ["agentgym-sampler"] * STEPS
+
+
+def test_an_async_run_does_not_depend_on_timing(tmp_path, monkeypatch):
+    """Two runs of a seed, the second with a sampler so slow that newer weights than the rule
+    names are always there when it begins a step: bitwise the same weights, metrics and
+    versions."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main([*_async(2), "--output", str(first)]) == 0
+    real_play = InProcessSampler._play
+
+    def slow_play(self, *args, **kwargs):
+        time.sleep(0.5)
+        return real_play(self, *args, **kwargs)
+
+    monkeypatch.setattr(InProcessSampler, "_play", slow_play)
+    assert main([*_async(2), "--output", str(second)]) == 0
+    assert _trained(first) == _trained(second)
+    assert _metrics(first) == _metrics(second)
+    assert _weights(first) == _weights(second)
+
+
+def test_a_stopped_async_run_resumed_trains_every_task_of_the_whole_run_once(tmp_path, monkeypatch):
+    """SIGTERM as step 2 ends (steps 3 and 4 already handed to the sampler, k = 2): the
+    checkpoint goes back to before their tasks were drawn, so the resumed run draws them
+    again; the tasks trained, counted from trained.jsonl, are the whole run's, each once."""
+    import agentgym.run.train as train_module
+
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main([*_async(2), "--output", str(whole)]) == 0
+    real, calls = train_module.train_step, []
+
+    def train_step(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(train_module, "train_step", train_step)
+        assert main([*_async(2), "--output", str(split)]) == 0
+    assert [r["step"] for r in _trained(split)] == [1, 2]
+    assert main(["train", "--resume", str(split / "checkpoint-000002")]) == 0
+
+    def tasks(run: Path) -> list[tuple[int, int]]:
+        return [(r["step"], g["seed"]) for r in _trained(run) for g in r["groups"]]
+
+    assert tasks(split) == tasks(whole)
+    seeds = [seed for _, seed in tasks(split)]
+    assert len(seeds) == len(set(seeds)) == STEPS * 3
+    # steps 3 and 4 were played again with the checkpoint's weights (version 2), step 5 as
+    # the rule says (version 2 = 5 - 1 - k): fresher than the whole run's for step 3
+    versions = {r["step"]: r["groups"][0]["versions"] for r in _trained(split)}
+    assert versions == {1: [0, 0], 2: [0, 0], 3: [2, 2], 4: [2, 2], 5: [2, 2]}
+    assert [r["step"] for r in _metrics(split)] == list(range(1, STEPS + 1))
+
+
+def _trajectory(version: int, task: str = "t/1") -> Trajectory:
+    return Trajectory(
+        task_id=task, group=0, tokens=(1, 2, 3, 4), loss_mask=(0, 1, 0, 1),
+        logprobs=(0.0, -0.5, 0.0, -0.5), prompt_length=1, reward=1.0, reward_parts={},
+        turns=(), finish_reason="stop", truncated=False,
+        token_versions=(-1, version, -1, version + 1),
+    )  # fmt: skip
+
+
+def test_staleness_is_counted_from_the_oldest_sampled_token():
+    assert staleness(_trajectory(3), 5) == 2  # tokens of versions 3 and 4
+    assert staleness(_trajectory(5), 5) == 0
+    bare = Trajectory(task_id="t", group=0, tokens=(1,), loss_mask=(0,), logprobs=(0.0,),
+                      prompt_length=1, reward=0.0, reward_parts={}, turns=(),
+                      finish_reason="stop", truncated=False)  # fmt: skip
+    assert staleness(bare, 5) == 0  # no sampled token
+
+
+def test_groups_more_than_k_behind_are_dropped_and_counted_by_hand():
+    # three groups of two at step 6 (version 5), k = 1: versions 4, 3 (one stale episode
+    # spoils its group), 5
+    trajectories = tuple(_trajectory(v, f"t/{i // 2}") for i, v in enumerate([4, 4, 4, 3, 5, 5]))
+    specs = tuple(TaskSpec(seed=s) for s in (10, 11, 12))
+    record = StepRecord(6, 5, specs, trajectories)
+    assert stale_groups(trajectories, 2, 5, 1) == [1]
+    kept = drop_stale(record, group_size=2, limit=1)
+    assert [s.seed for s in kept.specs] == [10, 12]
+    assert [t.task_id for t in kept.trajectories] == ["t/0", "t/0", "t/2", "t/2"]
+    assert kept.pipeline == {
+        records.STALENESS_MEAN: 0.5,  # (1 + 1 + 0 + 0) / 4
+        records.STALENESS_MAX: 1.0,
+        records.DROPPED_GROUPS: 1.0,
+    }
+    assert drop_stale(record, group_size=2, limit=2).pipeline[records.DROPPED_GROUPS] == 0.0
+    with pytest.raises(TrainingError, match="every group was sampled more than 0 versions"):
+        drop_stale(StepRecord(6, 5, specs[:1], trajectories[:2]), group_size=2, limit=0)
+
+
+def test_async_with_a_sampler_it_cannot_run_beside_the_learner_is_refused_naming_the_option():
+    with pytest.raises(ValueError, match="pipeline.max_off_policy_steps > 0 with run.agent"):
+        Config.model_validate({"pipeline": {"max_off_policy_steps": 1}, "run": {"agent": "a:b"}})
+    with pytest.raises(ValueError, match="policy.backend 'vllm' in this process"):
+        Config.model_validate(
+            {"pipeline": {"max_off_policy_steps": 1}, "policy": {"backend": "vllm"}}
+        )
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        Config.model_validate({"pipeline": {"max_off_policy_steps": -1}})
+
+
+def test_an_error_while_playing_ahead_reaches_the_loop(tmp_path, monkeypatch):
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("the sampler broke")
+
+    monkeypatch.setattr(InProcessSampler, "_play", broken)
+    with pytest.raises(RuntimeError, match="the sampler broke"):
+        main([*_async(1), "--output", str(tmp_path / "run")])
+    assert not [t for t in threading.enumerate() if t.name == "agentgym-sampler"]  # closed
