@@ -146,7 +146,7 @@ STALENESS_MEAN = declare(
     "async/staleness_mean", "Mean versions the trained episodes' oldest tokens were behind."
 )
 STALENESS_MAX = declare("async/staleness_max", "Most versions a trained episode was behind.")
-DROPPED_GROUPS = declare(
+STALE_GROUPS = declare(
     "async/dropped_groups", "Groups left untrained: more than k versions behind."
 )
 

@@ -14,10 +14,11 @@ sides alternating by round, on two environments whose calls wait:
 The policy is tiny-random (built in code) for `latency`, so the rollout's own decoding is
 small beside the waits.
 
-`--train N` measures whole training runs of N GRPO steps on `latency` (its reward a
-stand-in that varies within groups: the reply's length, odd or even), synchronous
+`--train N` measures whole training runs of N GRPO steps, synchronous
 (`pipeline.max_off_policy_steps: 0`, the peer) against asynchronous (k = 1), sides
-alternating by round, and prints steps per minute of each and their ratio.
+alternating by round, and prints steps per minute of each and their ratio; on `latency`
+(`--train-env`, the default; its reward the share of digits in the last reply, as a
+stand-in that varies within groups) or on a registered env such as `agentgym/Code-v0`.
 
     .venv/bin/python bench/async.py
     .venv/bin/python bench/async.py --envs latency --tasks 4 --group 4 --rounds 3
@@ -66,7 +67,8 @@ class LatencyEnv(AgentEnv):
         self.turn += 1
         done = self.turn == self.turns
         reply = () if done else (Message("user", f"Record part {self.turn}: ok."),)
-        reward = float(len(action) % 2) if done else 0.0  # a stand-in that varies in a group
+        digits = sum(c.isdigit() for c in action) / max(1, len(action))
+        reward = digits if done else 0.0  # a stand-in that varies within a group
         return Feedback(reply, reward=reward, reward_parts={}, terminated=done)
 
 
@@ -127,7 +129,7 @@ def steps_per_minute(args) -> float:
     for r in range(args.rounds):
         for k in (0, 1) if r % 2 == 0 else (1, 0):
             with tempfile.TemporaryDirectory() as out:
-                argv = ["train", "--env", "bench_async/Latency-v0", "--model", args.model,
+                argv = ["train", "--env", args.train_env, "--model", args.model,
                         "--steps", str(args.train), "--output", out,
                         "--set", f"grpo.tasks_per_step={args.tasks}",
                         "--set", f"grpo.group_size={args.group}",
@@ -138,7 +140,7 @@ def steps_per_minute(args) -> float:
                 assert agentgym(argv) == 0
                 rates[k].append(60 * args.train / (time.perf_counter() - start))
     print(
-        f"training on latency ({args.model}): {args.train} steps a run, {args.tasks} tasks x "
+        f"training on {args.train_env} ({args.model}): {args.train} steps a run, {args.tasks} x "
         f"G={args.group}, {args.rounds} rounds (each run's wall time, model load included)"
     )
     for k, label in ((0, "sync"), (1, "async k=1")):
@@ -157,6 +159,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--train", type=int, default=0, help="GRPO steps a training run")
     parser.add_argument("--model", default="tiny-random", help="for --train")
+    parser.add_argument("--train-env", default="bench_async/Latency-v0", help="for --train")
     args = parser.parse_args()
     for name in args.envs.split(","):
         if name != "none":

@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from agentgym import records
+from agentgym import faults, records
 from agentgym.cli import main
 from agentgym.config import Config
 from agentgym.rollout.ahead import drop_stale, stale_groups, staleness
@@ -29,6 +31,7 @@ RUN = [
     "--set", "sampling.max_new_tokens=10", "--set", "run.tensorboard=false",
     "--set", "run.save_every=2", "--steps", str(STEPS),
 ]  # fmt: skip
+TESTS = Path(__file__).parent
 TIMING = {"step_seconds", "rollout_seconds", "tokens_per_second", records.WEIGHT_SYNC_SECONDS}
 
 
@@ -59,7 +62,7 @@ def test_with_k_1_each_step_trains_on_tokens_of_version_step_minus_2_and_logs_it
         assert [g["versions"] for g in row["groups"]] == [[want, want]] * 3, row
     assert [r[records.STALENESS_MAX] for r in rows] == [0.0] + [1.0] * (STEPS - 1)
     assert [r[records.STALENESS_MEAN] for r in rows] == [0.0] + [1.0] * (STEPS - 1)
-    assert all(r[records.DROPPED_GROUPS] == 0.0 for r in rows)
+    assert all(r[records.STALE_GROUPS] == 0.0 for r in rows)
     assert all(r["grad_norm"] > 0 for r in rows)
 
 
@@ -185,9 +188,9 @@ def test_groups_more_than_k_behind_are_dropped_and_counted_by_hand():
     assert kept.pipeline == {
         records.STALENESS_MEAN: 0.5,  # (1 + 1 + 0 + 0) / 4
         records.STALENESS_MAX: 1.0,
-        records.DROPPED_GROUPS: 1.0,
+        records.STALE_GROUPS: 1.0,
     }
-    assert drop_stale(record, group_size=2, limit=2).pipeline[records.DROPPED_GROUPS] == 0.0
+    assert drop_stale(record, group_size=2, limit=2).pipeline[records.STALE_GROUPS] == 0.0
     with pytest.raises(TrainingError, match="every group was sampled more than 0 versions"):
         drop_stale(StepRecord(6, 5, specs[:1], trajectories[:2]), group_size=2, limit=0)
 
@@ -211,3 +214,59 @@ def test_an_error_while_playing_ahead_reaches_the_loop(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="the sampler broke"):
         main([*_async(1), "--output", str(tmp_path / "run")])
     assert not [t for t in threading.enumerate() if t.name == "agentgym-sampler"]  # closed
+
+
+def _in_a_process(argv: list[str], fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(TESTS)}
+    env.pop(faults.VARIABLE, None)
+    if fault is not None:
+        env[faults.VARIABLE] = fault
+    command = [sys.executable, "-m", "agentgym", *argv]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def _tasks(run: Path) -> list[tuple[int, int]]:
+    return [(r["step"], g["seed"]) for r in _trained(run) for g in r["groups"]]
+
+
+@pytest.fixture(scope="module")
+def whole_async(tmp_path_factory) -> Path:
+    """The uninterrupted run of k = 2 (one process), checkpoints every step."""
+    run = tmp_path_factory.mktemp("whole") / "run"
+    done = _in_a_process([*_async(2), "--set", "run.save_every=1", "--output", str(run)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return run
+
+
+@pytest.mark.parametrize(
+    ("fault", "died"),
+    [
+        ("kill@step_end:3", -signal.SIGKILL),  # between steps: step 3 logged, not saved
+        ("kill@rollout:4", -signal.SIGKILL),  # the sampler begins step 4 during step 2 or 3
+        ("kill@update:3", -signal.SIGKILL),  # mid-learner-step
+        ("term@rollout:4", 0),  # SIGTERM: the step under way ends with a checkpoint
+        ("term@update:3", 0),
+    ],
+)
+def test_an_async_run_killed_or_stopped_anywhere_trains_each_task_once_after_resume(
+    tmp_path, whole_async, fault, died
+):
+    """Stopped at a named point by AGENTGYM_FAULT (not by timing), then `--resume auto`:
+    the tasks trained, counted from trained.jsonl, are the uninterrupted run's, each once,
+    and metrics.jsonl has every step once."""
+    run = tmp_path / "run"
+    argv = [*_async(2), "--set", "run.save_every=1", "--output", str(run)]
+    stopped = _in_a_process(argv, fault)
+    assert stopped.returncode == died, stopped.stderr[-2000:]
+    assert len(_trained(run)) < STEPS  # it did stop early
+    resumed = _in_a_process([*argv, "--resume", "auto"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert _tasks(run) == _tasks(whole_async)
+    assert len(set(_tasks(run))) == STEPS * 3
+    assert [r["step"] for r in _metrics(run)] == list(range(1, STEPS + 1))
+
+
+def test_a_fault_point_that_does_not_parse_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv(faults.VARIABLE, "kill@nowhere:3")
+    with pytest.raises(ValueError, match=r"AGENTGYM_FAULT='kill@nowhere:3': expected"):
+        faults.reached("update", 3)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from agentgym import records
+from agentgym import faults, records
 from agentgym.policy.base import Policy, SamplingParams
 from agentgym.rollout.episodes import TaskSpec
 from agentgym.rollout.sampler import Sampler, WeightSource
@@ -144,6 +144,7 @@ class AheadSampler:
                 for old in [v for v in self._weights if v < version]:
                     del self._weights[old]
             try:
+                faults.reached("rollout", job.step)
                 if weights is not None:
                     self.inner.load_weights(_source(weights), version)
                 self.inner.submit(job.specs, job.group_size, job.params, job.max_tokens)
@@ -204,7 +205,7 @@ def drop_stale(record: StepRecord, group_size: int, limit: int) -> StepRecord:
     figures = {
         records.STALENESS_MEAN: sum(ages) / len(ages),
         records.STALENESS_MAX: float(max(ages)),
-        records.DROPPED_GROUPS: float(len(stale)),
+        records.STALE_GROUPS: float(len(stale)),
     }
     specs = tuple(s for i, s in enumerate(record.specs) if i not in stale)
     return replace(record, specs=specs, trajectories=kept, pipeline=figures)

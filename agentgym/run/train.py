@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agentgym import records
+from agentgym import faults, records
 from agentgym.config import Config
 from agentgym.eval.console import Stages
 from agentgym.learn.advantages import advantages
@@ -64,12 +64,15 @@ def train_step(
     # this step's tasks, and, asynchronously, those of the k steps after it (not past the end)
     while not queue or (len(queue) <= ahead and step + len(queue) <= config.run.steps):
         queue.append(_submit(config, trainer, sampler, difficulty))
+    if not ahead:  # a sampler that plays ahead reaches the point on its own thread
+        faults.reached("rollout", step)
     record = StepRecord(step, step - 1, queue.popleft().specs, tuple(sampler.poll(wait=True)))
     if ahead:
         record = drop_stale(record, g.group_size, ahead)
     record = score(record, reward_fns, g.length_penalty)
     rollout_seconds = time.perf_counter() - start
     record = advantages(record, g)
+    faults.reached("update", step)
     with policy.released() if policy is not None else contextlib.nullcontext():
         pad_id = trainer.tokenizer.pad_token_id
         record = update(record, learner, config, pad_id, g.beta_at(step), ranks.share_step)
@@ -186,6 +189,7 @@ def _grpo(run: Run, stages: Stages, stop: StopRequest) -> bool:
                     f"curriculum: step {step} reached the threshold; level {levels.level} next"
                 )
         warnings = record_step(run, stages, record, metrics)
+        faults.reached("step_end", step)
         halt = bool(warnings) and config.run.stop_on_health
         # Read once: a signal that lands between the save and the stop below would
         # otherwise stop the run without its checkpoint; a later one stops the next step.
