@@ -278,6 +278,15 @@ sabotage "trained.jsonl left uncut after a kill" agentgym/run/runlog.py \
     '    for name in ("metrics.jsonl", "completions.jsonl"):' \
     "tests/test_async.py::test_an_async_run_killed_or_stopped_anywhere_trains_each_task_once_after_resume"
 
+sabotage "a partial rollout continuing from the old weights' keys and values" agentgym/policy/hf.py \
+    "            self._kept = {}" "            pass" \
+    tests/test_async.py::test_partial_rollouts_take_new_weights_between_turns_recomputing_the_cache
+
+sabotage "a partial rollout loading adapters into a merged model" agentgym/rollout/sampler.py \
+    "        if merged is not None:  # between two turns: the old adapters out, the new ones in" \
+    "        if False:  # between two turns: the old adapters out, the new ones in" \
+    tests/test_async.py::test_partial_rollouts_take_new_weights_between_turns_recomputing_the_cache
+
 if [ "$missed" -gt 0 ]; then
     # repeated last, where a log cut to its tail (CI's) still shows them
     printf 'sabotage: NOT caught: %s\n' "${missed_names[@]}"

@@ -5,6 +5,7 @@ every task of the uninterrupted run once."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -15,13 +16,19 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from agentgym import faults, records
 from agentgym.cli import main
 from agentgym.config import Config
-from agentgym.rollout.ahead import drop_stale, stale_groups, staleness
+from agentgym.env.core import AgentEnv, Feedback, Task
+from agentgym.learn.lora import wrap_lora
+from agentgym.policy.base import SamplingParams
+from agentgym.policy.hf import HFPolicy
+from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.rollout.ahead import AheadSampler, drop_stale, stale_groups, staleness
 from agentgym.rollout.sampler import InProcessSampler
-from agentgym.types import StepRecord, TaskSpec, TrainingError, Trajectory
+from agentgym.types import Message, StepRecord, TaskSpec, TrainingError, Trajectory
 
 STEPS = 5
 RUN = [
@@ -270,3 +277,101 @@ def test_a_fault_point_that_does_not_parse_is_refused_naming_the_variable(monkey
     monkeypatch.setenv(faults.VARIABLE, "kill@nowhere:3")
     with pytest.raises(ValueError, match=r"AGENTGYM_FAULT='kill@nowhere:3': expected"):
         faults.reached("update", 3)
+
+
+class GatedTwoTurnEnv(AgentEnv):
+    """Two turns; while `gate` is set, the first turn's tool says it `arrived` and waits
+    until the gate opens (the test opens it after handing the sampler new weights: they
+    arrive mid-episode, by design, not by timing)."""
+
+    gate: threading.Event | None = None
+    arrived = threading.Event()
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.turn = 0
+
+    def num_tasks(self, split):
+        return 8
+
+    def task_id(self, split, index):
+        return f"gated/{split}/{index}"
+
+    def load_task(self, task_id):
+        self.turn = 0
+        return Task(task_id=task_id, prompt=f"Tell me about {task_id}.")
+
+    def respond(self, action):
+        self.turn += 1
+        if self.turn == 1 and self.gate is not None:
+            self.arrived.set()
+            assert self.gate.wait(60), "the test never opened the gate"
+        done = self.turn == 2
+        reply = () if done else (Message("user", "The tool answered."),)
+        return Feedback(reply, reward=float(done), reward_parts={}, terminated=done)
+
+
+def _logprobs(model, tokens: tuple[int, ...]) -> torch.Tensor:
+    """Each token's logprob under `model` (the first's is 0), in float64."""
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens])).logits[0].double()
+    picked = logits[:-1].log_softmax(-1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+    return torch.cat([torch.zeros(1, dtype=torch.float64), picked])
+
+
+@pytest.mark.parametrize("tuning", ["full", "lora"])
+def test_partial_rollouts_take_new_weights_between_turns_recomputing_the_cache(monkeypatch, tuning):
+    """Step 2's episodes begin with version 0; new weights (version 1) arrive while their
+    first tool call waits: the second turn is sampled with them. Each token records its
+    version, and the second turn's logprobs are the new weights' over the whole episode
+    (neither the old weights' keys and values kept, nor the old adapters left merged)."""
+    model, tokenizer = load_model_and_tokenizer("tiny-random")
+    if tuning == "lora":
+        model = wrap_lora(model, Config.model_validate({"lora": {"enabled": True, "r": 4}}))
+    own = HFPolicy(copy.deepcopy(model), tokenizer)
+    envs = [GatedTwoTurnEnv() for _ in range(4)]
+    inner = InProcessSampler(envs, own, tokenizer, copies_weights=True)
+    sampler = AheadSampler(inner, 1, partial_rollouts=True)
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=5)
+    try:
+        sampler.submit([TaskSpec(seed=1), TaskSpec(seed=2)], 2, params)
+        first = sampler.poll(wait=True)
+        assert {v for t in first for v in t.token_versions if v >= 0} == {0}
+        gate = threading.Event()
+        monkeypatch.setattr(GatedTwoTurnEnv, "gate", gate)
+        monkeypatch.setattr(GatedTwoTurnEnv, "arrived", threading.Event())
+        sampler.submit([TaskSpec(seed=3), TaskSpec(seed=4)], 2, params)
+        assert GatedTwoTurnEnv.arrived.wait(60)  # the first turn is sampled and at its tool
+        torch.manual_seed(0)
+        new = [
+            (name, p.detach() + 0.5 * torch.randn_like(p))
+            for name, p in model.named_parameters()
+            if p.requires_grad
+        ]
+        sampler.load_weights(lambda: new, 1)
+        gate.set()
+        second = sampler.poll(wait=True)
+    finally:
+        sampler.close()
+    fresh = copy.deepcopy(model)
+    HFPolicy(fresh, tokenizer).load_weights(new)
+    for t in second:
+        (a, b), (c, d) = t.turn_spans
+        assert t.token_versions[a:b] == (0,) * (b - a)
+        assert t.token_versions[c:d] == (1,) * (d - c)
+        assert set(t.token_versions) - {0, 1} == {-1}
+        want = _logprobs(fresh, t.tokens)[c:d]
+        got = torch.tensor(t.logprobs[c:d], dtype=torch.float64)
+        assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
+
+
+def test_partial_rollouts_are_refused_where_they_cannot_be_played():
+    with pytest.raises(ValueError, match="partial_rollouts needs pipeline.max_off_policy_steps"):
+        Config.model_validate({"pipeline": {"partial_rollouts": True}})
+    with pytest.raises(ValueError, match="distributed.backend must be 'none'"):
+        Config.model_validate(
+            {
+                "pipeline": {"partial_rollouts": True, "max_off_policy_steps": 1},
+                "distributed": {"backend": "ray"},
+            }
+        )

@@ -400,3 +400,27 @@ def test_two_cli_steps_on_two_ray_workers_train_as_in_process_through_a_worker_d
     assert len(moved) >= len(ray_weights) // 2
     for name, p in ray_weights.items():
         assert torch.allclose(p, local_weights[name], atol=1e-5), name
+
+
+@pytest.mark.slow
+def test_async_grpo_on_two_ray_workers_plays_each_step_as_in_process_async_does(
+    ray_local, tmp_path
+):
+    """pipeline.max_off_policy_steps 1: the Ray workers play step t with the weights of
+    version max(0, t - 2), as the in-process sampler does: the same episodes, step by step."""
+    ahead = ("--steps", "3", "--set", "pipeline.max_off_policy_steps=1")
+    local_rows, local_episodes = _run(tmp_path / "local", *ahead)
+    ray_rows, ray_episodes = _run(tmp_path / "ray", *ahead, "--distributed", "ray",
+                                  "--rollout-workers", "2")  # fmt: skip
+    keys = ("step", "task_id", "group", "turns", "reward")
+    assert [[e[k] for k in keys] for e in ray_episodes] == [
+        [e[k] for k in keys] for e in local_episodes
+    ]
+    trained = [
+        json.loads(line) for line in (tmp_path / "ray" / "trained.jsonl").read_text().splitlines()
+    ]
+    assert [g["versions"] for r in trained for g in r["groups"]] == [
+        [max(0, r["step"] - 2)] * 2 for r in trained for _ in r["groups"]
+    ]
+    assert [r["async/staleness_max"] for r in ray_rows] == [0.0, 1.0, 1.0]
+    assert any(r["grad_norm"] > 0 for r in ray_rows)

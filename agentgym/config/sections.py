@@ -338,6 +338,16 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _pipeline_sampler(self) -> Config:
+        if self.pipeline.partial_rollouts and not self.pipeline.max_off_policy_steps:
+            raise ValueError(
+                "pipeline.partial_rollouts needs pipeline.max_off_policy_steps >= 1 (with 0 "
+                "nothing is played while the learner steps)"
+            )
+        if self.pipeline.partial_rollouts and self.distributed.backend != "none":
+            raise ValueError(
+                "pipeline.partial_rollouts plays turn by turn in this process: "
+                "distributed.backend must be 'none'"
+            )
         if not self.pipeline.max_off_policy_steps:
             return self
         if self.run.agent is not None:

@@ -159,3 +159,11 @@ class PipelineConfig(Section):
         "a group whose oldest sampled token is more than k versions behind when trained is "
         "dropped and counted. 0: synchronous, each step sampled with the newest weights.",
     )
+    partial_rollouts: bool = Field(
+        False,
+        description="With k > 0: the weights the learner makes while a step is being played "
+        "go into the sampler before its next turn, so an episode may be sampled with several "
+        "versions (each token records its own; the kept keys and values are dropped and "
+        "recomputed). Fresher samples, but which turn takes them depends on timing. "
+        "In-process transformers sampling only.",
+    )

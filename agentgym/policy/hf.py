@@ -272,8 +272,9 @@ class HFPolicy(PolicyBase):
         """Within the block, each finished row's keys and values are kept, and a later
         prompt that extends a kept sequence (the next turn of the same episode: its
         history, then the tool's reply) continues from them instead of prefilling the
-        whole conversation again. The weights must not change inside the block;
-        `collect` opens one per rollout.
+        whole conversation again. `collect` opens one per rollout. A weight load inside the
+        block (partial rollouts) drops what was kept: it holds the old weights' keys and
+        values, so the turns after prefill their conversations again under the new ones.
         """
         self._kept = {}
         try:
@@ -428,3 +429,5 @@ class HFPolicy(PolicyBase):
                 raise KeyError(f"load_weights: the model has no parameter {name!r}")
             if params[name] is not tensor:
                 params[name].copy_(tensor)
+        if self._kept is not None:  # the old weights' keys and values: recomputed from here
+            self._kept = {}

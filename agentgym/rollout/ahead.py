@@ -12,8 +12,10 @@ does, which does not need this class (the loop does not wrap then).
 
 Weights handed over by `load_weights` are copied at once (the learner goes on changing its
 own in place) and put into the wrapped sampler, by its own `load_weights`, on the thread,
-between two submissions: an episode is played with one version from its start to its end
-(no partial rollouts yet).
+between two submissions: an episode is played with one version from its start to its end.
+With partial rollouts, the newest weights the step being played may use (up to version
+step - 1) also go in before each turn (`InProcessSampler.turn_version`), so an episode may
+mix versions, each token recording its own; which turn takes them depends on timing.
 
 `stale_groups` is the check the loop makes before training a batch: groups whose oldest
 sampled token is more than k versions behind are dropped and counted
@@ -58,14 +60,29 @@ class AheadSampler:
         max_off_policy_steps: k >= 1.
         first_step: The GRPO step the first submission is for (a resumed run's next step);
             `inner` holds the weights of version `first_step - 1`.
+        partial_rollouts: Newer weights go in between turns too (`inner` must play turn by
+            turn in this process: an `InProcessSampler`).
     """
 
-    def __init__(self, inner: Sampler, max_off_policy_steps: int, first_step: int = 1) -> None:
+    def __init__(
+        self,
+        inner: Sampler,
+        max_off_policy_steps: int,
+        first_step: int = 1,
+        partial_rollouts: bool = False,
+    ) -> None:
         if max_off_policy_steps < 1:
             raise ValueError(f"max_off_policy_steps must be >= 1, got {max_off_policy_steps}")
         self.inner = inner
         self.k = max_off_policy_steps
-        self._next_step = first_step
+        self._next_step = self._playing = first_step
+        if partial_rollouts:
+            if not hasattr(inner, "turn_version"):
+                raise ValueError(
+                    f"partial rollouts need a sampler that plays turn by turn in this process; "
+                    f"{type(inner).__name__} does not"
+                )
+            inner.turn_version = self._turn_version
         self._cond = threading.Condition()
         self._todo: deque[_Submission] = deque()
         self._done: deque[list[Trajectory] | BaseException] = deque()
@@ -139,6 +156,7 @@ class AheadSampler:
                 if self._closed:
                     return
                 job = self._todo[0]
+                self._playing = job.step
                 version = self._version_for(job.step)
                 weights = self._weights.pop(version, None)
                 for old in [v for v in self._weights if v < version]:
@@ -155,6 +173,19 @@ class AheadSampler:
                 self._todo.popleft()
                 self._done.append(result)
                 self._cond.notify_all()
+
+    def _turn_version(self) -> int:
+        """Partial rollouts, before each turn on the thread: the newest weights handed over
+        that the step being played may sample with (up to version step - 1) go in first."""
+        with self._cond:
+            usable = [v for v in self._weights if self.inner.version < v < self._playing]
+            newest = max(usable, default=None)
+            weights = self._weights.pop(newest) if newest is not None else None
+            for old in [v for v in self._weights if newest is not None and v < newest]:
+                del self._weights[old]
+        if weights is not None and newest is not None:
+            self.inner.load_weights(_source(weights), newest)
+        return self.inner.version
 
     def _version_for(self, step: int) -> int:
         return max(self.inner.version, step - 1 - self.k)

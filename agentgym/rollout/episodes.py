@@ -52,6 +52,7 @@ class _Episode:
     parts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     counts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     spans: list[tuple[int, int]] = field(default_factory=list)
+    span_versions: list[int] = field(default_factory=list)  # each span's, where turns name one
     reward: float = 0.0
     finish_reason: str = "stop"
     truncated: bool = False
@@ -310,6 +311,7 @@ def collect(
     max_tokens: int | None = None,
     env_timeout_s: float | None = None,
     env_workers: int | None = None,
+    turn_version: Callable[[], int] | None = None,
 ) -> list[Trajectory]:
     """Plays `group_size` episodes of each task spec; returns trajectories grouped by task.
 
@@ -331,6 +333,9 @@ def collect(
         max_tokens: Episodes longer than this (in tokens) are truncated.
         env_timeout_s: Seconds one `reset` or `step` may take; None: no limit.
         env_workers: Threads that call the environments at once; None: one per episode.
+        turn_version: Called before each turn's `generate`: the policy version the turn
+            samples with (it may load newer weights first: partial rollouts), recorded as
+            `Trajectory.token_versions`; None: the caller stamps the versions.
     """
     needed = len(specs) * group_size
     if len(envs) < needed:
@@ -347,7 +352,7 @@ def collect(
         resets = _each(pool, lambda job: _reset(job[0], job[1], env_timeout_s), jobs)
         episodes = [_start(*job, tokenizer, reset) for job, reset in zip(jobs, resets, strict=True)]
         _name_failed_starts(episodes)
-        _play(episodes, policy, tokenizer, params, max_tokens, env_timeout_s, pool)
+        _play(episodes, policy, tokenizer, params, (max_tokens, env_timeout_s), pool, turn_version)
     _replace_hung(envs, episodes)
     return [_finish(ep) for ep in episodes]
 
@@ -365,18 +370,23 @@ def _play(
     policy: Policy,
     tokenizer: PreTrainedTokenizerBase,
     params: SamplingParams,
-    max_tokens: int | None,
-    env_timeout_s: float | None,
+    limits: tuple[int | None, float | None],
     pool: ThreadPoolExecutor | None,
+    turn_version: Callable[[], int] | None,
 ) -> None:
     """Plays the started episodes turn by turn: one `generate` over every live episode,
-    then their `env.step` calls at once on `pool`, applied in order."""
-    policy = as_policy(policy)
+    then their `env.step` calls at once on `pool`, applied in order. `limits`: the
+    episode's most tokens, and the seconds an env call may take."""
+    policy, (max_tokens, env_timeout_s) = as_policy(policy), limits
     end = find_turn_end(tokenizer)
     # a policy that can continues each episode's next turn from its cache
     with policy.reusing_cache():
         while live := [ep for ep in episodes if not ep.done]:
             streams = None if params.seed is None else [stream(params.seed, ep) for ep in live]
+            if turn_version is not None:  # it may load newer weights: before the turn samples
+                version = turn_version()
+                for ep in live:
+                    ep.span_versions.append(version)
             gens = policy.generate([ep.tokens for ep in live], params, streams)
             turns = [_sampled(ep, gen, tokenizer, end) for ep, gen in zip(live, gens, strict=True)]
             played = list(zip(live, (text for text, _ in turns), strict=True))
@@ -425,4 +435,13 @@ def _finish(ep: _Episode) -> Trajectory:
         reward_error=None if math.isfinite(ep.reward) else f"environment reward is {ep.reward}",
         env=ep.env_name,
         category=ep.category,
+        token_versions=_versions(ep) if ep.span_versions else (),
     )
+
+
+def _versions(ep: _Episode) -> tuple[int, ...]:
+    """Each token's policy version: its turn's on the sampled ones, -1 elsewhere."""
+    versions = [-1] * len(ep.tokens)
+    for (start, stop), version in zip(ep.spans, ep.span_versions, strict=True):
+        versions[start:stop] = [version] * (stop - start)
+    return tuple(versions)

@@ -19,6 +19,7 @@ Every sampled token records the policy version that sampled it
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -133,7 +134,7 @@ class QueuedSampler:
         queued, self._queued = self._queued, []
         for specs, group_size, params, max_tokens in queued:
             played = self._play(specs, group_size, params, max_tokens)
-            finished += [stamp_version(t, self.version) for t in played]
+            finished += [t if t.token_versions else stamp_version(t, self.version) for t in played]
         return finished
 
     def _play(
@@ -178,6 +179,9 @@ class InProcessSampler(QueuedSampler):
         self.tokenizer = tokenizer
         self.env_timeout_s, self.env_workers = env_timeout_s, env_workers
         self.copies_weights = copies_weights
+        self.turn_version: Callable[[], int] | None = None
+        """Called before each turn (partial rollouts, `AheadSampler`): the turn's version."""
+        self._merged: contextlib.ExitStack | None = None
 
     def _play(
         self,
@@ -186,17 +190,26 @@ class InProcessSampler(QueuedSampler):
         params: SamplingParams,
         max_tokens: int | None,
     ) -> list[Trajectory]:
-        return play(
-            self.envs,
-            specs,
-            group_size,
-            self.policy,
-            self.tokenizer,
-            params,
-            max_tokens,
-            self.env_timeout_s,
-            self.env_workers,
-        )
+        """`play`, holding the merged adapters' context, which `load_weights` reopens when it
+        comes between two turns (partial rollouts)."""
+        self._merged = contextlib.ExitStack()
+        self._merged.enter_context(merged_adapters(self.policy.model))
+        try:
+            return collect(
+                self.envs,
+                specs,
+                group_size,
+                self.policy,
+                self.tokenizer,
+                params,
+                max_tokens,
+                self.env_timeout_s,
+                self.env_workers,
+                self.turn_version,
+            )
+        finally:
+            merged, self._merged = self._merged, None
+            merged.close()
 
     def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
         """Copies `weights()` into the policy when it samples with its own copy of them,
@@ -205,7 +218,13 @@ class InProcessSampler(QueuedSampler):
         if not self.copies_weights:
             return {}
         start = time.perf_counter()
+        merged = self._merged
+        if merged is not None:  # between two turns: the old adapters out, the new ones in
+            merged.close()
         self.policy.load_weights(weights())
+        if merged is not None:
+            self._merged = contextlib.ExitStack()
+            self._merged.enter_context(merged_adapters(self.policy.model))
         return {records.WEIGHT_SYNC_SECONDS: time.perf_counter() - start}
 
     def close(self) -> None:

@@ -185,7 +185,10 @@ class Run:
                     "pipeline.max_off_policy_steps > 0 under torchrun: the learner's ranks "
                     "step in lockstep with rank 0's sampling; run it in one process"
                 )
-            self.sampler = AheadSampler(self.sampler, ahead, first_step=progress.step + 1)
+            partial = config.pipeline.partial_rollouts
+            self.sampler = AheadSampler(
+                self.sampler, ahead, first_step=progress.step + 1, partial_rollouts=partial
+            )
         return self.trainer
 
     def training(self) -> Trainer:
