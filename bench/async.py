@@ -22,15 +22,24 @@ stand-in that varies within groups) or on a registered env such as `agentgym/Cod
 
     .venv/bin/python bench/async.py
     .venv/bin/python bench/async.py --envs latency --tasks 4 --group 4 --rounds 3
+`--learning N` checks that asynchronous GRPO does not hurt learning: for 3 seeds, a
+synchronous and an asynchronous (k = 1) run of N steps on `latency` (LoRA, the same tasks
+for a seed), and whether the mean training reward of the async runs' last 20 steps lies
+inside the 95 % interval (Student t, 2 degrees of freedom) of the sync runs'.
+
     .venv/bin/python bench/async.py --envs none --train 8 --model tiny-random
+    .venv/bin/python bench/async.py --envs none --learning 60
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import gymnasium as gym
 
@@ -121,33 +130,67 @@ def compare(name: str, args) -> float:
 
 
 def steps_per_minute(args) -> float:
-    """Prints each side's steps per minute over whole `--train`-step runs; returns async /
-    sync."""
-    gym.register("bench_async/Latency-v0", entry_point=LatencyEnv, kwargs={
-        "latency_s": args.latency_ms / 1000})  # fmt: skip
+    """Prints each side's steps per minute over whole `--train`-step runs (the steps' own
+    seconds, `step_seconds`: model loading and checkpoints left out) and, for the
+    synchronous side, the share of a step spent playing episodes; returns async / sync."""
     rates: dict[int, list[float]] = {0: [], 1: []}
+    rollout_share: list[float] = []
     for r in range(args.rounds):
         for k in (0, 1) if r % 2 == 0 else (1, 0):
             with tempfile.TemporaryDirectory() as out:
-                argv = ["train", "--env", args.train_env, "--model", args.model,
-                        "--steps", str(args.train), "--output", out,
-                        "--set", f"grpo.tasks_per_step={args.tasks}",
-                        "--set", f"grpo.group_size={args.group}",
-                        "--set", "sampling.max_new_tokens=16", "--set", "run.tensorboard=false",
-                        "--set", f"run.save_every={args.train}", "--set", "eval.every=0",
-                        "--set", f"pipeline.max_off_policy_steps={k}"]  # fmt: skip
-                start = time.perf_counter()
-                assert agentgym(argv) == 0
-                rates[k].append(60 * args.train / (time.perf_counter() - start))
+                _train(args, out, k, args.train, *args.extra)
+                lines = Path(out, "metrics.jsonl").read_text().splitlines()
+                rows = [json.loads(x) for x in lines]
+            seconds = sum(row["step_seconds"] for row in rows)
+            rates[k].append(60 * len(rows) / seconds)
+            if k == 0:
+                rollout_share.append(sum(row["rollout_seconds"] for row in rows) / seconds)
     print(
         f"training on {args.train_env} ({args.model}): {args.train} steps a run, {args.tasks} x "
-        f"G={args.group}, {args.rounds} rounds (each run's wall time, model load included)"
+        f"G={args.group}, {args.rounds} rounds; sync steps spend "
+        f"{statistics.mean(rollout_share):.0%} of their time playing episodes"
     )
     for k, label in ((0, "sync"), (1, "async k=1")):
         print(f"  {label:<10} {statistics.mean(rates[k]):7.1f} steps/min")
     ratio = statistics.mean(rates[1]) / statistics.mean(rates[0])
     print(f"  ratio async / sync: {ratio:.2f}x (aim: >= 1.5 where tool latency is half the step)")
     return ratio
+
+
+def _train(args, out: str, k: int, steps: int, *extra: str) -> None:
+    argv = ["train", "--env", args.train_env, "--model", args.model, "--steps", str(steps),
+            "--output", out, "--set", f"grpo.tasks_per_step={args.tasks}",
+            "--set", f"grpo.group_size={args.group}", "--set", "sampling.max_new_tokens=16",
+            "--set", "run.tensorboard=false", "--set", f"run.save_every={steps}",
+            "--set", "eval.every=0", "--set", f"pipeline.max_off_policy_steps={k}",
+            *extra]  # fmt: skip
+    assert agentgym(argv) == 0
+
+
+def learning(args) -> bool:
+    """Prints each run's mean training reward over its last 20 steps and whether the async
+    runs' mean lies in the sync runs' 95 % interval; returns that."""
+    tail: dict[int, list[float]] = {0: [], 1: []}
+    lora = ("--set", "lora.enabled=true", "--set", "lora.r=8", "--set", f"optim.lr={args.lr}")
+    for seed in (1, 2, 3):
+        for k in (0, 1):
+            with tempfile.TemporaryDirectory() as out:
+                _train(args, out, k, args.learning, *lora, "--set", f"run.seed={seed}")
+                lines = Path(out, "metrics.jsonl").read_text().splitlines()
+                rows = [json.loads(x) for x in lines]
+                tail[k].append(statistics.mean(r["reward/mean"] for r in rows[-20:]))
+    sync, ahead = tail[0], tail[1]
+    half = 4.303 * statistics.stdev(sync) / math.sqrt(len(sync))  # t(0.975, 2 dof)
+    low, high = statistics.mean(sync) - half, statistics.mean(sync) + half
+    inside = low <= statistics.mean(ahead) <= high
+    print(f"learning on {args.train_env} ({args.model}, LoRA, lr {args.lr}, {args.turns} turns, "
+          f"{args.tasks} x G={args.group}): {args.learning} steps a run, mean training reward "
+          "of the last 20 steps, seeds 1-3")  # fmt: skip
+    print(f"  sync      {' '.join(f'{x:.4f}' for x in sync)}  mean {statistics.mean(sync):.4f}"
+          f"  95 % interval [{low:.4f}, {high:.4f}]")  # fmt: skip
+    print(f"  async k=1 {' '.join(f'{x:.4f}' for x in ahead)}  mean {statistics.mean(ahead):.4f}"
+          f"  {'inside' if inside else 'OUTSIDE'} the sync interval")  # fmt: skip
+    return inside
 
 
 def main() -> None:
@@ -160,12 +203,28 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=0, help="GRPO steps a training run")
     parser.add_argument("--model", default="tiny-random", help="for --train")
     parser.add_argument("--train-env", default="bench_async/Latency-v0", help="for --train")
+    parser.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        default=[],
+        type=lambda s: f"--set={s}",
+        help="for --train: a config override",
+    )
+    parser.add_argument("--learning", type=int, default=0, help="GRPO steps a learning run")
+    parser.add_argument("--lr", type=float, default=5e-3, help="for --learning (LoRA)")
+    parser.add_argument("--turns", type=int, default=3, help="turns of a latency episode")
     args = parser.parse_args()
     for name in args.envs.split(","):
         if name != "none":
             compare(name, args)
+    if args.train or args.learning:
+        gym.register("bench_async/Latency-v0", entry_point=LatencyEnv, kwargs={
+            "latency_s": args.latency_ms / 1000, "turns": args.turns})  # fmt: skip
     if args.train:
         steps_per_minute(args)
+    if args.learning:
+        learning(args)
 
 
 if __name__ == "__main__":

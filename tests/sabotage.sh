@@ -287,6 +287,12 @@ sabotage "a partial rollout loading adapters into a merged model" agentgym/rollo
     "        if False:  # between two turns: the old adapters out, the new ones in" \
     tests/test_async.py::test_partial_rollouts_take_new_weights_between_turns_recomputing_the_cache
 
+sabotage "async GRPO clipping around the sampler's stale logprobs (no decoupled objective)" \
+    agentgym/learn/update.py \
+    '    if config.policy.backend == "vllm" or config.pipeline.max_off_policy_steps:' \
+    '    if config.policy.backend == "vllm":' \
+    tests/test_async.py::test_with_k_1_each_step_trains_on_tokens_of_version_step_minus_2_and_logs_it
+
 if [ "$missed" -gt 0 ]; then
     # repeated last, where a log cut to its tail (CI's) still shows them
     printf 'sabotage: NOT caught: %s\n' "${missed_names[@]}"

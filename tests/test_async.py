@@ -71,12 +71,17 @@ def test_with_k_1_each_step_trains_on_tokens_of_version_step_minus_2_and_logs_it
     assert [r[records.STALENESS_MEAN] for r in rows] == [0.0] + [1.0] * (STEPS - 1)
     assert all(r[records.STALE_GROUPS] == 0.0 for r in rows)
     assert all(r["grad_norm"] > 0 for r in rows)
+    # the decoupled objective: the clip around the learner's own old logprobs, weights for
+    # the sampler's; from step 2 on they differ (version step - 2 sampled, step - 1 learns)
+    assert rows[0][records.IS_RATIO_MEAN] == 1.0
+    assert all(r[records.IS_RATIO_MEAN] != 1.0 for r in rows[1:])
 
 
 def test_the_synchronous_run_logs_no_async_figures_and_trains_on_the_newest_version(tmp_path):
     run = tmp_path / "run"
     assert main([*RUN, "--output", str(run)]) == 0
     assert not any(k.startswith("async/") for r in _metrics(run) for k in r)
+    assert records.IS_RATIO_MEAN not in _metrics(run)[0]  # the sampler's logprobs are the old
     for row in _trained(run):
         assert all(g["versions"] == [row["step"] - 1] * 2 for g in row["groups"]), row
 

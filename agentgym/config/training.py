@@ -69,8 +69,9 @@ class GRPOConfig(Section):
     tis_cap: float = Field(
         2.0,
         gt=0,
-        description="With policy.backend 'vllm': the cap of the truncated importance weight "
-        "min(exp(learner old logprob - sampler logprob), cap) on each token's policy loss.",
+        description="With policy.backend 'vllm' or pipeline.max_off_policy_steps > 0: the cap "
+        "of the truncated importance weight min(exp(learner old logprob - sampler logprob), "
+        "cap) on each token's policy loss.",
     )
 
     def beta_at(self, step: int) -> float:

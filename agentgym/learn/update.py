@@ -42,10 +42,14 @@ def update(
     Groups whose rewards are all equal (`record.flat_groups`) are left out first with
     `grpo.drop_zero_variance_groups`, and episodes cut at the token budget are masked
     out of the loss with `grpo.mask_truncated_completions`. Later iterations compare
-    against the same stored old logprobs: the sampler's, or, with a vLLM sampler, the
-    learner's own, recomputed first, with truncated importance weights for the
-    sampler's (`Learner.correct_mismatch`). `beta` is the step's KL coefficient (None:
-    the learner's). A step with no row left takes no learner step.
+    against the same stored old logprobs: the sampler's, or, with a vLLM sampler or
+    asynchronous GRPO (`pipeline.max_off_policy_steps` > 0), the learner's own,
+    recomputed first, with truncated importance weights for the sampler's
+    (`Learner.correct_mismatch`). Asynchronously that is the decoupled objective (AReaL,
+    Fu et al. 2025, arXiv:2505.24298): the clip is taken around the weights being
+    updated, not the older ones that sampled, whose distance the weights correct.
+    `beta` is the step's KL coefficient (None: the learner's). A step with no row left
+    takes no learner step.
     """
     record.require("advantages", "flat_groups")
     assert record.advantages is not None and record.flat_groups is not None
@@ -64,7 +68,7 @@ def update(
     if g.mask_truncated_completions:
         complete = torch.tensor([not t.truncated for t in kept], dtype=batch.loss_mask.dtype)
         batch = batch.masked_rows(complete)
-    if config.policy.backend == "vllm":
+    if config.policy.backend == "vllm" or config.pipeline.max_off_policy_steps:
         batch, mismatch = learner.correct_mismatch(batch)
         stats.update(mismatch)
     runs = [step(learner, batch, beta) for _ in range(g.num_iterations)]
