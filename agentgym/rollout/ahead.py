@@ -158,9 +158,7 @@ class AheadSampler:
                 job = self._todo[0]
                 self._playing = job.step
                 version = self._version_for(job.step)
-                weights = self._weights.pop(version, None)
-                for old in [v for v in self._weights if v < version]:
-                    del self._weights[old]
+                weights = self._take(version)
             try:
                 faults.reached("rollout", job.step)
                 if weights is not None:
@@ -180,12 +178,17 @@ class AheadSampler:
         with self._cond:
             usable = [v for v in self._weights if self.inner.version < v < self._playing]
             newest = max(usable, default=None)
-            weights = self._weights.pop(newest) if newest is not None else None
-            for old in [v for v in self._weights if newest is not None and v < newest]:
-                del self._weights[old]
+            weights = self._take(newest) if newest is not None else None
         if weights is not None and newest is not None:
             self.inner.load_weights(_source(weights), newest)
         return self.inner.version
+
+    def _take(self, version: int) -> Weights | None:
+        """The weights of `version` if handed over (None: not), and forgets those older:
+        no submission will be played with them. Called holding the condition's lock."""
+        for old in [v for v in self._weights if v < version]:
+            del self._weights[old]
+        return self._weights.pop(version, None)
 
     def _version_for(self, step: int) -> int:
         return max(self.inner.version, step - 1 - self.k)
