@@ -16,6 +16,9 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 ONLY=${1:-}
 LIMIT_S=${SABOTAGE_TIMEOUT_S:-240}
+# pytest explains a failed assertion in full where CI is set (no "Use -v to get more diff"):
+# a plant's failure is reported here as CI reports it, a slow explanation included
+export CI=${CI:-true}
 backup=$(mktemp -d)
 restore() { [ -n "${target:-}" ] && [ -f "$backup/file" ] && cp "$backup/file" "$target"; }
 trap 'restore; rm -rf "$backup"' EXIT

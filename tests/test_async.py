@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_resume import _digest
 
 from agentgym import faults, records
 from agentgym.cli import main
@@ -51,8 +52,8 @@ def _trained(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "trained.jsonl").read_text().splitlines()]
 
 
-def _weights(run: Path) -> bytes:
-    return (run / f"checkpoint-{STEPS:06d}" / "adapter_model.safetensors").read_bytes()
+def _weights(run: Path) -> str:
+    return _digest((run / f"checkpoint-{STEPS:06d}" / "adapter_model.safetensors").read_bytes())
 
 
 def _async(k: int) -> list[str]:
