@@ -20,6 +20,10 @@ run with another interpreter (this script, run by it), and the ratios use those.
 
     .venv-vllm/bin/python bench/rollout.py --peer-python .venv/bin/python   # embedded SmolLM2-135M
     python bench/rollout.py --backends hf,tutorial --model tiny-random --env math --tasks 2
+
+`hf-continuous` and `hf-ordered` are the transformers sampler with continuous batching over
+turns (`run.turn_batching`): an episode's next turn joins the running decode batch as soon
+as its tool replied, instead of every turn waiting for all episodes' previous one.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import json
 import subprocess
 import time
 
+import gymnasium as gym
 import torch
 import transformers
 
@@ -73,12 +78,26 @@ class TutorialLoopPolicy:
         return gens
 
 
+class SlowTool(gym.Wrapper):
+    """The environment's `step` after waiting `latency_s`, as a remote tool's round trip."""
+
+    def __init__(self, env: gym.Env, latency_s: float):
+        super().__init__(env)
+        self.latency_s = latency_s
+
+    def step(self, action):
+        time.sleep(self.latency_s)
+        return self.env.step(action)
+
+
 def sampled_tokens(trajectories) -> int:
     return sum(t.completion_length for t in trajectories)
 
 
 LABELS = {
     "hf": "agentgym batched, transformers",
+    "hf-continuous": "agentgym continuous, transformers",
+    "hf-ordered": "agentgym ordered, transformers",
     "vllm": "agentgym batched, vLLM",
     "tutorial": "tutorial per-prompt loop",
 }
@@ -99,8 +118,10 @@ def timed_rollout(name, policy, envs, specs, g, tokenizer, params, max_tokens):
         out = []
         for spec in specs:
             out += collect(envs[:g], [spec], g, policy, tokenizer, params, max_tokens=max_tokens)
-    else:
-        out = collect(envs, specs, g, policy, tokenizer, params, max_tokens=max_tokens)
+    else:  # hf-continuous, hf-ordered: run.turn_batching
+        turns = name.partition("-")[2] or "barrier"
+        out = collect(envs, specs, g, policy, tokenizer, params, max_tokens=max_tokens,
+                      turn_batching=turns)  # fmt: skip
     return out, time.perf_counter() - start
 
 
@@ -110,6 +131,8 @@ def run(args) -> None:
     model = model.to(args.device).eval()
     g, b = args.group_size, args.tasks
     envs = [make_env(args.env) for _ in range(b * g)]
+    if args.tool_latency_ms:
+        envs = [SlowTool(env, args.tool_latency_ms / 1000) for env in envs]
     specs = [TaskSpec(seed=1000 + i) for i in range(b)]
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, seed=0)
     backends = args.backends.split(",")
@@ -118,10 +141,13 @@ def run(args) -> None:
         raise SystemExit(f"--backends: unknown {sorted(unknown)}; choose from {list(LABELS)}")
     makers = {
         "hf": lambda: HFPolicy(model, tokenizer),
+        "hf-continuous": lambda: HFPolicy(model, tokenizer),
+        "hf-ordered": lambda: HFPolicy(model, tokenizer),
         "vllm": lambda: vllm_policy(model, tokenizer, args),
         "tutorial": lambda: TutorialLoopPolicy(model, tokenizer),
     }
-    print(f"model {resolve_model_name(args.model)}, env {args.env}, B={b} tasks x G={g}, "
+    latency = f" (each step {args.tool_latency_ms:g} ms late)" if args.tool_latency_ms else ""
+    print(f"model {resolve_model_name(args.model)}, env {args.env}{latency}, B={b} tasks x G={g}, "
           f"max_new_tokens={args.max_new_tokens}, torch threads {torch.get_num_threads()}, "
           f"transformers {transformers.__version__}", flush=True)  # fmt: skip
     rate = {}
@@ -143,7 +169,9 @@ def run(args) -> None:
         return
     if args.peer_python:
         rate.update(peer_rates(args))
-    for a, b_ in (("hf", "tutorial"), ("vllm", "hf"), ("vllm", "tutorial")):
+    pairs = [(a, "tutorial") for a in ("hf", "hf-continuous", "hf-ordered")]
+    pairs += [(a, "hf") for a in ("hf-continuous", "hf-ordered")]
+    for a, b_ in (*pairs, ("vllm", "hf"), ("vllm", "tutorial")):
         if a in rate and b_ in rate:
             print(f"ratio ({LABELS[a]} / {LABELS[b_]}): {rate[a] / rate[b_]:.2f}x")
 
@@ -155,6 +183,7 @@ def peer_rates(args) -> dict[str, float]:
                "--env", args.env, "--tasks", str(args.tasks), "--group-size",
                str(args.group_size), "--max-new-tokens", str(args.max_new_tokens),
                "--max-episode-tokens", str(args.max_episode_tokens),
+               "--tool-latency-ms", str(args.tool_latency_ms),
                "--device", args.device]  # fmt: skip
     if args.model:
         command += ["--model", args.model]
@@ -177,8 +206,10 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4, help="G")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--max-episode-tokens", type=int, default=2048)
+    parser.add_argument("--tool-latency-ms", type=float, default=0.0,
+                        help="each env.step waits this long first (a remote tool)")  # fmt: skip
     parser.add_argument("--backends", default="hf,vllm,tutorial",
-                        help="comma-separated, from: hf, vllm, tutorial")  # fmt: skip
+                        help="comma-separated, from: " + ", ".join(LABELS))  # fmt: skip
     parser.add_argument("--peer-python", default=None,
                         help="another interpreter (e.g. .venv/bin/python) that measures "
                         "--peer-backends in this run; the ratios use its figures")  # fmt: skip

@@ -156,7 +156,7 @@ sabotage "tool-result tokens given mask 1" agentgym/rollout/episodes.py \
     "        ep.loss_mask.extend([0] * len(more))" "        ep.loss_mask.extend([1] * len(more))" \
     tests/test_tool_rollout.py::test_mask_is_one_exactly_on_the_policys_tokens
 
-sabotage "tool text tokenized with special tokens parsed" agentgym/rollout/episodes.py \
+sabotage "tool text tokenized with special tokens parsed" agentgym/rollout/conversation.py \
     "    return encode_rendered(tokenizer, Rendered(text[cut:], forged))" \
     "    return tokenizer.encode(text[cut:], add_special_tokens=False)" \
     "tests/test_special_tokens.py::test_a_tool_that_returns_turn_markers_cannot_forge_a_turn[tiny-random]"
@@ -295,6 +295,24 @@ sabotage "async GRPO clipping around the sampler's stale logprobs (no decoupled 
     '    if config.policy.backend == "vllm" or config.pipeline.max_off_policy_steps:' \
     '    if config.policy.backend == "vllm":' \
     tests/test_async.py::test_with_k_1_each_step_trains_on_tokens_of_version_step_minus_2_and_logs_it
+
+# -- continuous batching over turns ---------------------------------------------------------
+
+sabotage "a joining turn drawing at the batch's token index, not its own" \
+    agentgym/policy/hf_turns.py \
+    "np.array([len(row.ids) for row in rows], np.uint64)" \
+    "np.array([max(len(r.ids) for r in rows)] * len(rows), np.uint64)" \
+    tests/test_turn_batching.py::test_a_turn_joining_a_running_batch_samples_what_it_samples_alone
+
+sabotage "stacked rows padded on the right of the shorter part" agentgym/policy/kv_cache.py \
+    "        mask[row : row + part_mask.shape[0], width - w :] = part_mask[:, lead:]" \
+    "        mask[row : row + part_mask.shape[0], :w] = part_mask[:, lead:]" \
+    tests/test_turn_batching.py::test_stacked_rows_are_left_padded_and_drop_columns_no_row_attends
+
+sabotage "continuous turns waiting for every tool out" agentgym/rollout/episodes.py \
+    "            if ordered or not len(turns):  # nothing decodes meanwhile: wait" \
+    "            if True:" \
+    tests/test_turn_batching.py::test_a_turn_waits_for_another_episodes_tool_only_when_told
 
 if [ "$missed" -gt 0 ]; then
     # repeated last, where a log cut to its tail (CI's) still shows them

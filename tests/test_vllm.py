@@ -178,6 +178,38 @@ def test_a_multi_turn_rollout_continues_from_the_exact_ids(embedded, engine):
         env.close()
 
 
+def test_turns_stream_through_the_engine_without_waiting_for_other_episodes(embedded, engine):
+    """Continuous batching over turns with vLLM (`run.turn_batching`): each turn is the
+    engine's own request, added while it runs. Task 0's first tool waits for task 1's second
+    call, which comes only if task 1 goes on meanwhile (counted, not timed)."""
+    import threading
+
+    from test_turn_batching import SPECS, ManyTurnEnv, Rendezvous
+
+    _, tokenizer = embedded
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=3)
+
+    def play(turns, envs, specs):
+        return collect(envs, specs, 2, engine, tokenizer, params, turn_batching=turns)
+
+    for turns, met in (("continuous", True), ("barrier", False)):
+        second_call, seen = threading.Event(), []
+        envs = [Rendezvous(second_call, seen, 60.0 if met else 1.0) for _ in range(4)]
+        played = play(turns, envs, SPECS[:2])
+        assert seen == [met, met], turns
+        assert [len(t.turns) for t in played] == [1, 1, 2, 2]
+    ordered = [play("ordered", [ManyTurnEnv() for _ in range(12)], SPECS) for _ in range(2)]
+    # a seed gives the same trajectories (the second run's prompts meet the engine's prefix
+    # cache, whose keys and values were computed in other batches: logprobs within 1e-4)
+    for a, b in zip(*ordered, strict=True):
+        assert (a.tokens, a.loss_mask, a.turns) == (b.tokens, b.loss_mask, b.turns)
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert sorted({len(t.turns) for t in ordered[0]}) == [1, 2, 3]
+    for t in ordered[0]:
+        for start, end in t.turn_spans:
+            assert all(t.loss_mask[start:end]) and all(lp <= 0 for lp in t.logprobs[start:end])
+
+
 @pytest.mark.slow
 def test_synced_weights_change_greedy_output_as_in_transformers(embedded, engine, prompts):
     model, tokenizer = embedded

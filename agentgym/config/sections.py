@@ -222,6 +222,15 @@ class RunConfig(Section):
         "waiting on I/O wait together; results are applied in order, so a seed gives the same "
         "run. None: one per live episode; 1: one after another (for envs sharing state).",
     )
+    turn_batching: Literal["barrier", "continuous", "ordered"] = Field(
+        "barrier",
+        description="'barrier': one generate per turn over every live episode, each turn "
+        "waiting for all episodes' tools. 'continuous': one decode batch that a turn leaves "
+        "when it ends and the episode's next turn joins as soon as its tool replied "
+        "(continuous batching over turns; transformers or vLLM); the rows beside a turn then "
+        "depend on the tools' timing. 'ordered': the same, each reply waited for and "
+        "joining at the next decode step, so a seed gives the same trajectories.",
+    )
     agent: str | None = Field(
         None, description="An agent program (module:function, file.py:function; docs/agents.md)."
     )
@@ -348,6 +357,8 @@ class Config(Section):
                 "pipeline.partial_rollouts plays turn by turn in this process: "
                 "distributed.backend must be 'none'"
             )
+        if self.run.turn_batching != "barrier":
+            _check_turn_batching(self)
         if not self.pipeline.max_off_policy_steps:
             return self
         if self.run.agent is not None:
@@ -362,3 +373,15 @@ class Config(Section):
                 "(each worker its own engine) or policy.backend 'hf'"
             )
         return self
+
+
+def _check_turn_batching(config: Config) -> None:
+    """Refuses `run.turn_batching` where its decode batch is not the one turns are played in."""
+    where = f"run.turn_batching {config.run.turn_batching!r}"
+    if config.pipeline.partial_rollouts:
+        raise ValueError(
+            f"{where} with pipeline.partial_rollouts: weights loaded between turns would "
+            "leave the running batch's keys and values stale; use 'barrier'"
+        )
+    if config.run.agent is not None:
+        raise ValueError(f"{where} with run.agent: an agent program plays its own turns")

@@ -19,10 +19,12 @@ from typing import Literal
 import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache
 
 from agentgym.compat import cache_kwarg
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams, check_generate_args
+from agentgym.policy.hf_turns import TurnStream, evaluating
+from agentgym.policy.kv_cache import ReservedCache, ReservedLayer
 from agentgym.policy.sampling import sample_ids, stream_uniforms
 from agentgym.policy.turn_end import TurnEnd, find_turn_end
 
@@ -41,88 +43,6 @@ def stop_token_ids(
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return ids
-
-
-class _ReservedLayer(DynamicLayer):
-    """A `DynamicLayer` that writes new keys and values into reserved room.
-
-    `DynamicLayer.update` concatenates, so every decode step copies the whole
-    cache of every layer into a fresh allocation; on CPU that copy (and the
-    page faults of the new block) took most of a decode step. This layer keeps
-    a buffer of `capacity` positions, writes each step in place and hands out
-    views; it grows by doubling should a sequence outrun the capacity.
-    """
-
-    def __init__(self, capacity: int):
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-        self._keys: torch.Tensor | None = None
-        self._values: torch.Tensor | None = None
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.device, self.is_initialized = key_states.device, True
-        end = self.length + key_states.shape[-2]
-        if self._keys is None or end > self._keys.shape[-2]:
-            self._grow(key_states, value_states, end)
-        assert self._keys is not None and self._values is not None  # _grow made them
-        self._keys[:, :, self.length : end] = key_states
-        self._values[:, :, self.length : end] = value_states
-        self.length = end
-        self._expose()
-        return self.keys, self.values
-
-    def _expose(self) -> None:
-        """Points `keys` and `values` at the filled part of the buffers."""
-        assert self._keys is not None and self._values is not None  # only once they exist
-        self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
-
-    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, end: int) -> None:
-        capacity = max(end, self.capacity if self._keys is None else 2 * self._keys.shape[-2])
-        keys = key_states.new_empty(*key_states.shape[:2], capacity, key_states.shape[-1])
-        values = value_states.new_empty(*value_states.shape[:2], capacity, value_states.shape[-1])
-        if self._keys is not None:
-            assert self._values is not None  # made together with the keys
-            keys[:, :, : self.length] = self._keys[:, :, : self.length]
-            values[:, :, : self.length] = self._values[:, :, : self.length]
-        self._keys, self._values = keys, values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove > 0:
-            raise ValueError("crop() takes the negative number of tokens to remove")
-        self.length = max(0, self.length + tokens_to_remove)
-        if self._keys is not None:
-            self._expose()
-
-    def reset(self) -> None:
-        self.length = 0
-        self._keys = self._values = None
-        super().reset()
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        if self.length > 0:
-            assert self._keys is not None and self._values is not None  # they hold the length
-            self._keys = self._keys.repeat_interleave(repeats, dim=0)
-            self._values = self._values.repeat_interleave(repeats, dim=0)
-            self._expose()
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.length > 0:
-            assert self._keys is not None and self._values is not None  # they hold the length
-            self._keys, self._values = self._keys[indices], self._values[indices]
-            self._expose()
-
-
-class ReservedCache(DynamicCache):
-    """A `DynamicCache` whose layers preallocate room for `capacity` positions."""
-
-    def __init__(self, capacity: int):
-        # transformers calls what it is given to make each layer; it types it as a class
-        Cache.__init__(self, layer_class_to_replicate=lambda: _ReservedLayer(capacity))  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager
@@ -244,12 +164,8 @@ class HFPolicy(PolicyBase):
     def _generate_chunk(
         self, prompts: list[list[int]], params: SamplingParams, streams: np.ndarray | None
     ) -> list[Generation]:
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with evaluating(self.model):
             return self._decode_loop(prompts, params, streams)
-        finally:
-            self.model.train(was_training)
 
     def _uniforms(self, rows: list[int], streams: np.ndarray | None, index: int) -> torch.Tensor:
         """Each live row's uniform for its `index`-th new token."""
@@ -257,7 +173,7 @@ class HFPolicy(PolicyBase):
             return torch.rand(len(rows), generator=self._generator, device=self.device)
         return stream_uniforms(streams[rows], index)
 
-    def _forward(self, ids, mask, positions, cache, **kwargs):
+    def forward(self, ids, mask, positions, cache, **kwargs):
         return self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -282,7 +198,7 @@ class HFPolicy(PolicyBase):
         finally:
             self._kept = None
 
-    def _keep(self, prompt: list[int], ids: list[int], cache: Cache, row: int, mask) -> None:
+    def keep(self, prompt: list[int], ids: list[int], cache: Cache, row: int, mask) -> None:
         """Keeps row `row`'s keys and values (its unmasked columns) under the ids they hold."""
         if self._kept is None or len(ids) < 2:
             return
@@ -319,17 +235,14 @@ class HFPolicy(PolicyBase):
         cache = ReservedCache(capacity)
         first = next(self._kept[k] for k in keys if k is not None)
         for index, (k0, v0) in enumerate(first):
-            layer = _ReservedLayer(capacity)
             shape = (len(prompts), k0.shape[0], capacity, k0.shape[-1])
-            layer._keys, layer._values = k0.new_zeros(shape), v0.new_zeros(shape)
+            all_keys, all_values = k0.new_zeros(shape), v0.new_zeros(shape)
             for j, key in enumerate(keys):
                 if key is not None:
                     keys_j, values_j = self._kept[key][index]
-                    layer._keys[j, :, width - reused[j] : width] = keys_j
-                    layer._values[j, :, width - reused[j] : width] = values_j
-            layer.device, layer.is_initialized, layer.length = k0.device, True, width
-            layer._expose()
-            cache.layers.append(layer)
+                    all_keys[j, :, width - reused[j] : width] = keys_j
+                    all_values[j, :, width - reused[j] : width] = values_j
+            cache.layers.append(ReservedLayer.holding(all_keys, all_values, width))
         ids, suffix_mask = _left_pad(
             [p[r:] for p, r in zip(prompts, reused, strict=True)], self.pad_id, self.device
         )
@@ -341,7 +254,7 @@ class HFPolicy(PolicyBase):
         mask = torch.cat([kept_mask, suffix_mask], dim=1)
         for key in set(keys) - {None}:  # each kept sequence is continued once
             del self._kept[key]
-        out = self._forward(ids, mask, positions, cache, logits_to_keep=1)
+        out = self.forward(ids, mask, positions, cache, logits_to_keep=1)
         return cache, out.logits, mask, positions[:, -1:]
 
     def _prefill(self, prompts: list[list[int]], cache: DynamicCache):
@@ -356,29 +269,40 @@ class HFPolicy(PolicyBase):
         if shared < self.min_shared_prefix:
             ids, mask = _left_pad(prompts, self.pad_id, self.device)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            out = self._forward(ids, mask, positions, cache, logits_to_keep=1)
+            out = self.forward(ids, mask, positions, cache, logits_to_keep=1)
             return out.logits, mask, positions[:, -1:]
         prefix = torch.tensor([prompts[0][:shared]], device=self.device)
-        self._forward(prefix, torch.ones_like(prefix), None, cache, logits_to_keep=1)
+        self.forward(prefix, torch.ones_like(prefix), None, cache, logits_to_keep=1)
         cache.batch_repeat_interleave(len(prompts))
         ids, suffix_mask = _left_pad([p[shared:] for p in prompts], self.pad_id, self.device)
         positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
         mask = torch.cat([suffix_mask.new_ones(len(prompts), shared), suffix_mask], dim=1)
-        out = self._forward(ids, mask, positions, cache, logits_to_keep=1)
+        out = self.forward(ids, mask, positions, cache, logits_to_keep=1)
         return out.logits, mask, positions[:, -1:]
+
+    def prefill(self, prompts: list[list[int]], max_new_tokens: int):
+        """Runs the prompts into a fresh cache with room for `max_new_tokens` more, continuing
+        kept sequences they extend (`reusing_cache`); returns (cache, last logits, attention
+        mask, positions)."""
+        keys = self._reusable(prompts) if self._kept else [None] * len(prompts)
+        if any(k is not None for k in keys):
+            return self._prefill_reused(prompts, keys, max_new_tokens)
+        cache = ReservedCache(capacity=max(len(p) for p in prompts) + max_new_tokens)
+        logits, mask, positions = self._prefill(prompts, cache)
+        return cache, logits, mask, positions
+
+    @contextlib.contextmanager
+    def turn_stream(self, params: SamplingParams) -> Iterator[TurnStream]:
+        """A decode batch that turns join and leave while it runs (continuous batching over
+        turns, `agentgym.policy.hf_turns`), the model in eval mode meanwhile."""
+        with evaluating(self.model):
+            yield TurnStream(self, params)
 
     def _decode_loop(
         self, prompts: list[list[int]], params: SamplingParams, streams: np.ndarray | None
     ) -> list[Generation]:
         """Samples until every row stopped or hit the budget; finished rows leave the batch."""
-        keys = self._reusable(prompts) if self._kept else [None] * len(prompts)
-        if any(k is not None for k in keys):
-            cache, logits, mask, positions = self._prefill_reused(
-                prompts, keys, params.max_new_tokens
-            )
-        else:
-            cache = ReservedCache(capacity=max(len(p) for p in prompts) + params.max_new_tokens)
-            logits, mask, positions = self._prefill(prompts, cache)
+        cache, logits, mask, positions = self.prefill(prompts, params.max_new_tokens)
         stop = torch.tensor(sorted(self.stop_ids), device=self.device)
         rows = list(range(len(prompts)))  # prompt index of each live row
         ids: list[list[int]] = [[] for _ in prompts]
@@ -392,14 +316,14 @@ class HFPolicy(PolicyBase):
                 logps[row].append(lp)
             stopped = torch.isin(token, stop)
             if strings := (*params.stop, *self.turn_end.stop_strings):
-                hits = [self._completes_stop(ids[row], strings) for row in rows]
+                hits = [self.completes_stop(ids[row], strings) for row in rows]
                 stopped |= torch.tensor(hits, device=self.device)
             for k in stopped.nonzero().flatten().tolist():
                 reasons[rows[k]] = "stop"
-                self._keep(prompts[rows[k]], ids[rows[k]], cache, k, mask)
+                self.keep(prompts[rows[k]], ids[rows[k]], cache, k, mask)
             if step + 1 == params.max_new_tokens or bool(stopped.all()):
                 for k in (~stopped).nonzero().flatten().tolist():
-                    self._keep(prompts[rows[k]], ids[rows[k]], cache, k, mask)
+                    self.keep(prompts[rows[k]], ids[rows[k]], cache, k, mask)
                 break
             if bool(stopped.any()):
                 keep = (~stopped).nonzero().flatten()
@@ -408,12 +332,12 @@ class HFPolicy(PolicyBase):
                 token, mask, positions = token[keep], mask[keep], positions[keep]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             positions = positions + 1
-            logits = self._forward(token[:, None], mask, positions, cache).logits
+            logits = self.forward(token[:, None], mask, positions, cache).logits
         return [
             Generation(tuple(i), tuple(lp), r) for i, lp, r in zip(ids, logps, reasons, strict=True)
         ]
 
-    def _completes_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
+    def completes_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
         """Whether the newest id completes one of the stop strings. Only the last few
         ids are decoded: an occurrence that ended earlier would have stopped the row then,
         and each id is at least one character."""

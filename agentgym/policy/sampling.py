@@ -20,8 +20,9 @@ _GOLDEN, _MIX1, _MIX2 = (
 )
 
 
-def stream_uniforms(streams: np.ndarray, index: int) -> torch.Tensor:
-    """The `index`-th uniform in [0, 1) of each stream (uint64 array): SplitMix64 of
+def stream_uniforms(streams: np.ndarray, index: int | np.ndarray) -> torch.Tensor:
+    """The `index`-th uniform in [0, 1) of each stream (uint64 array; `index` one for all,
+    or one per stream, as continuous batching draws them): SplitMix64 of
     stream + (index + 1) * golden ratio, the top 53 bits. Stateless, so each row's
     draws depend only on its stream, never on the batch around it."""
     with np.errstate(over="ignore"):

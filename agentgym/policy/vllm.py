@@ -236,7 +236,6 @@ class VLLMPolicy(PolicyBase):
         streams: Sequence[int] | None = None,
     ) -> list[Generation]:
         """Samples one completion per prompt; see `Policy.generate`."""
-        from vllm import SamplingParams as VLLMParams
         from vllm.inputs import TokensPrompt
 
         check_generate_args(prompts, streams)
@@ -247,29 +246,13 @@ class VLLMPolicy(PolicyBase):
                 f"max_model_len {self.max_model_len} (policy.max_model_len)"
             )
         requests = []
-        stop = [*params.stop, *self.stop_strings]
         for i, prompt in enumerate(prompts):
             seed = None
             if streams is not None:
                 seed = int(streams[i]) % 2**63
             elif params.seed is not None:
                 seed = request_seed(params.seed, i)
-            requests.append(
-                VLLMParams(
-                    n=1,
-                    temperature=params.temperature,
-                    top_p=params.top_p,
-                    seed=seed,
-                    max_tokens=min(params.max_new_tokens, self.max_model_len - len(prompt)),
-                    stop_token_ids=sorted(self.stop_ids),
-                    logprobs=0,
-                    skip_special_tokens=False,
-                    # stop strings are matched on the text: only then does the engine detokenize
-                    stop=stop,
-                    include_stop_str_in_output=True,
-                    detokenize=bool(stop),
-                )
-            )
+            requests.append(self._request(prompt, params, seed))
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
             requests,
@@ -277,6 +260,33 @@ class VLLMPolicy(PolicyBase):
             lora_request=self.lora_request,
         )
         return [self._generation(out.outputs[0]) for out in outputs]
+
+    def _request(self, prompt: list[int], params: SamplingParams, seed: int | None):
+        """The engine's sampling parameters for one prompt."""
+        from vllm import SamplingParams as VLLMParams
+
+        stop = [*params.stop, *self.stop_strings]
+        return VLLMParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            seed=seed,
+            max_tokens=min(params.max_new_tokens, self.max_model_len - len(prompt)),
+            stop_token_ids=sorted(self.stop_ids),
+            logprobs=0,
+            skip_special_tokens=False,
+            # stop strings are matched on the text: only then does the engine detokenize
+            stop=stop,
+            include_stop_str_in_output=True,
+            detokenize=bool(stop),
+        )
+
+    @contextlib.contextmanager
+    def turn_stream(self, params: SamplingParams) -> Iterator[VLLMTurnStream]:
+        """Turns as the engine's own requests, added while it runs (continuous batching
+        over turns): vLLM batches whatever is in flight at each of its steps, and its prefix
+        cache continues an episode's next turn from the keys and values of its last."""
+        yield VLLMTurnStream(self, params)
 
     def _generation(self, sample) -> Generation:
         ids = tuple(sample.token_ids)
@@ -377,3 +387,49 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, set | frozenset | tuple):
         return sorted(value)
     return str(value)
+
+
+class VLLMTurnStream:
+    """`HFPolicy.turn_stream`'s contract over a vLLM engine: `add` is a request added,
+    `step` one engine step, returning the turns that finished on it."""
+
+    def __init__(self, policy: VLLMPolicy, params: SamplingParams) -> None:
+        self.policy, self.params = policy, params
+        self.keys: dict[str, int] = {}  # request id -> the caller's key
+        self.count = 0
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, key: int, prompt: list[int], stream: int | None = None) -> None:
+        from vllm.inputs import TokensPrompt
+
+        if key in self.keys.values():
+            raise ValueError(f"turn_stream: key {key} is already decoding")
+        if len(prompt) >= self.policy.max_model_len:
+            raise ValueError(
+                f"a prompt of {len(prompt)} tokens does not fit the engine's "
+                f"max_model_len {self.policy.max_model_len} (policy.max_model_len)"
+            )
+        seed = None if stream is None else int(stream) % 2**63
+        if seed is None and self.params.seed is not None:
+            seed = request_seed(self.params.seed, self.count)
+        self.count += 1
+        request = f"turn-{self.count}"
+        self.policy.llm.llm_engine.add_request(
+            request,
+            TokensPrompt(prompt_token_ids=list(prompt)),
+            self.policy._request(prompt, self.params, seed),
+            lora_request=self.policy.lora_request,
+        )
+        self.keys[request] = key
+
+    def step(self) -> list[tuple[int, Generation]]:
+        if not self.keys:
+            return []
+        outputs = self.policy.llm.llm_engine.step()
+        return [
+            (self.keys.pop(out.request_id), self.policy._generation(out.outputs[0]))
+            for out in outputs
+            if out.finished and out.request_id in self.keys
+        ]

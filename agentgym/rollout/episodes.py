@@ -17,17 +17,21 @@ import hashlib
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, SupportsFloat, TypeVar
+from typing import Any, Literal, SupportsFloat, TypeVar
 
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
 from agentgym.policy.base import Generation, Policy, SamplingParams, as_policy
 from agentgym.policy.turn_end import TurnEnd, find_turn_end
-from agentgym.rollout.external_text import Rendered, encode_rendered, render_external
+from agentgym.rollout.conversation import closing_text as closing_text  # part of this module's API
+from agentgym.rollout.conversation import continuation_ids as continuation_ids  # (as above)
+from agentgym.rollout.conversation import prompt_ids as prompt_ids  # (as above)
+from agentgym.rollout.conversation import sampled_text as sampled_text  # (as above)
+from agentgym.rollout.conversation import use_chat_template as use_chat_template  # (as above)
 from agentgym.rollout.external_text import render as render  # part of this module's API
 from agentgym.rollout.guard import EnvTimeoutError, call_within
 from agentgym.types import Completion, Message, Trajectory, Turn
@@ -64,101 +68,14 @@ class _Episode:
     hung: bool = False  # its env's reset or step timed out: the env is replaced after
 
 
+TurnBatching = Literal["barrier", "continuous", "ordered"]
+"""How turns share the decode batch (`collect`'s `turn_batching`, `run.turn_batching`)."""
 T = TypeVar("T")
 R = TypeVar("R")
 _Reset = tuple[list[dict[str, Any]], dict[str, Any]]
 """What `env.reset` returns: the opening messages and the info."""
 _Stepped = tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]
 """What `env.step` returns: the reply's messages, reward, terminated, truncated, info."""
-
-_SENTINEL = "\u2063agentgym-end-of-content\u2063"
-
-
-def prompt_ids(
-    tokenizer: PreTrainedTokenizerBase,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None = None,
-) -> list[int]:
-    """Ids of an episode's opening: `messages` (all from outside the policy) rendered with the
-    generation prompt; special-token text in their content stays plain text."""
-    return encode_rendered(tokenizer, render_external(tokenizer, messages, True, tools))
-
-
-def use_chat_template(env: gym.Env, tokenizer: PreTrainedTokenizerBase) -> None:
-    """Tells an environment that speaks the model's own tool format (`ToolEnv`'s
-    `use_chat_template`) which tokenizer it plays with; other environments need not know."""
-    bind = getattr(env.unwrapped, "use_chat_template", None)
-    if bind is not None:
-        bind(tokenizer)
-
-
-def sampled_text(
-    tokenizer: PreTrainedTokenizerBase,
-    ids: Sequence[int],
-    keep_special: bool,
-    closing: str | None = None,
-) -> str:
-    """The text of a sampled turn, without `closing` (the text it closed with from its turn
-    end on, `closing_text`). A native-format turn keeps special tokens that carry a call
-    (`[TOOL_CALLS]`, `<|python_tag|>`), all but those that end it."""
-    if not keep_special:
-        # a tuple of ids decodes as a list does, to one str; transformers' types say neither
-        text: str = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[arg-type,assignment]
-    else:
-        special, stop = set(tokenizer.all_special_ids), len(ids)
-        while stop and ids[stop - 1] in special:
-            stop -= 1
-        text = tokenizer.decode(list(ids[:stop]), skip_special_tokens=False)  # type: ignore[assignment]
-    return text.removesuffix(closing) if closing else text
-
-
-def continuation_ids(
-    tokenizer: PreTrainedTokenizerBase,
-    history: list[dict[str, str]],
-    new_messages: list[dict[str, str]],
-    stopped: bool,
-    tools: list[dict[str, Any]] | None = None,
-    closing: str | None = None,
-) -> list[int]:
-    """Ids that follow the last sampled token: end of the assistant turn, then `new_messages`.
-
-    `history` ends with the assistant message just sampled. The text is the
-    difference of two template renderings, so it matches what the template
-    would produce for the whole conversation. When the sample `stopped` with its
-    turn end, the text it closed with (`closing`: the template's turn end when None,
-    or eos, see `closing_text`) is already in the trajectory and is not repeated
-    where the template writes it.
-    """
-    before = render(tokenizer, history, False, tools)
-    # new_messages come from outside the policy: their special-token text stays plain text
-    rendered = render_external(tokenizer, history + new_messages, True, tools, len(history))
-    after = rendered.text
-    if not after.startswith(before):
-        raise ValueError("the chat template does not render conversations append-only")
-    # what the template puts after the assistant's content: found with a sentinel content,
-    # since the real content may be empty or occur earlier in the conversation
-    marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]
-    glue = render(tokenizer, marked, False, tools).rpartition(_SENTINEL)[2]
-    text = glue + after[len(before) :]
-    if stopped and closing is None:
-        closing = find_turn_end(tokenizer).text
-    cut = len(closing) if stopped and closing and text.startswith(closing) else 0
-    shift = len(glue) - len(before) - cut
-    forged = tuple(p + shift for p in rendered.forged if p >= len(before) + cut)
-    return encode_rendered(tokenizer, Rendered(text[cut:], forged))
-
-
-def closing_text(
-    tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], end: TurnEnd
-) -> str | None:
-    """The text sampled `ids` close with after their content: from the template's turn
-    `end` on (`TurnEnd.closing`), or eos (a model that emits eos where its template ends
-    turns otherwise); None for a turn cut at a stop string or at the token budget."""
-    closing = end.closing(tokenizer, ids)
-    if closing is None and ids and ids[-1] == getattr(tokenizer, "eos_token_id", None):
-        eos: str = tokenizer.eos_token
-        return eos
-    return closing
 
 
 def stream(seed: int, ep: _Episode) -> int:
@@ -312,6 +229,7 @@ def collect(
     env_timeout_s: float | None = None,
     env_workers: int | None = None,
     turn_version: Callable[[], int] | None = None,
+    turn_batching: TurnBatching = "barrier",
 ) -> list[Trajectory]:
     """Plays `group_size` episodes of each task spec; returns trajectories grouped by task.
 
@@ -336,6 +254,14 @@ def collect(
         turn_version: Called before each turn's `generate`: the policy version the turn
             samples with (it may load newer weights first: partial rollouts), recorded as
             `Trajectory.token_versions`; None: the caller stamps the versions.
+        turn_batching: "barrier": one `generate` per turn over every live episode, each
+            turn waiting for every episode's previous one. "continuous": one decode batch
+            that an episode's turn leaves when it ends and its next turn joins when its
+            environment replied (continuous batching over turns; the policy needs a
+            `turn_stream`, as `HFPolicy` has): no episode waits for another's tool, and the
+            rows decoded beside a turn depend on the tools' timing. "ordered": the same
+            batch, each reply waited for and the next turn joining at the next decode step,
+            so a seed gives the same trajectories.
     """
     needed = len(specs) * group_size
     if len(envs) < needed:
@@ -347,12 +273,26 @@ def collect(
     ]
     for env, *_ in jobs:
         use_chat_template(env, tokenizer)
+    if turn_batching != "barrier" and not hasattr(policy, "turn_stream"):
+        raise ValueError(
+            f"turn_batching {turn_batching!r} needs a policy with a turn_stream (the "
+            f"transformers backend); {type(policy).__name__} has none: use 'barrier'"
+        )
+    if turn_batching != "barrier" and turn_version is not None:
+        raise ValueError(
+            f"a turn_version (partial rollouts) goes with turn_batching 'barrier' only, "
+            f"not {turn_batching!r}"
+        )
     workers = env_workers or len(jobs)
     with ThreadPoolExecutor(workers, "agentgym-env") if workers > 1 else nullcontext() as pool:
         resets = _each(pool, lambda job: _reset(job[0], job[1], env_timeout_s), jobs)
         episodes = [_start(*job, tokenizer, reset) for job, reset in zip(jobs, resets, strict=True)]
         _name_failed_starts(episodes)
-        _play(episodes, policy, tokenizer, params, (max_tokens, env_timeout_s), pool, turn_version)
+        limits = (max_tokens, env_timeout_s)
+        if turn_batching == "barrier":
+            _play(episodes, policy, tokenizer, params, limits, pool, turn_version)
+        else:
+            _stream(episodes, policy, tokenizer, params, limits, pool, turn_batching == "ordered")
     _replace_hung(envs, episodes)
     return [_finish(ep) for ep in episodes]
 
@@ -393,8 +333,60 @@ def _play(
             steps = _each(pool, lambda pair: _step(*pair, env_timeout_s), played)
             for ep, (text, closing), stepped in zip(live, turns, steps, strict=True):
                 _advance(ep, text, closing, stepped, tokenizer)
-                if not ep.done and max_tokens is not None and len(ep.tokens) >= max_tokens:
-                    ep.done = ep.truncated = True
+                _cut(ep, max_tokens)
+
+
+def _cut(ep: _Episode, max_tokens: int | None) -> None:
+    """Truncates an episode that goes on past `max_tokens` tokens."""
+    if not ep.done and max_tokens is not None and len(ep.tokens) >= max_tokens:
+        ep.done = ep.truncated = True
+
+
+def _stream(
+    episodes: list[_Episode],
+    policy: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    params: SamplingParams,
+    limits: tuple[int | None, float | None],
+    pool: ThreadPoolExecutor | None,
+    ordered: bool,
+) -> None:
+    """Plays the started episodes in one decode batch (`policy.turn_stream`): a turn that
+    ended leaves it, its `env.step` runs on `pool`, and the episode's next turn joins as soon
+    as the reply is applied (`ordered`: the step's replies waited for, joining at the next
+    decode step). Replies back together are applied in the episodes' order."""
+    (max_tokens, env_timeout_s), end = limits, find_turn_end(tokenizer)
+    with policy.reusing_cache(), policy.turn_stream(params) as turns:
+
+        def join(i: int) -> None:
+            ep = episodes[i]
+            turns.add(i, ep.tokens, None if params.seed is None else stream(params.seed, ep))
+
+        for i in (i for i, ep in enumerate(episodes) if not ep.done):
+            join(i)
+        stepping: dict[Future[_Stepped | Exception], tuple[int, str, str | None]] = {}
+        while len(turns) or stepping:
+            for i, gen in turns.step():
+                text, closing = _sampled(episodes[i], gen, tokenizer, end)
+                replying = _submit(pool, _step, episodes[i], text, env_timeout_s)
+                stepping[replying] = (i, text, closing)
+            if ordered or not len(turns):  # nothing decodes meanwhile: wait
+                wait(stepping, return_when="ALL_COMPLETED" if ordered else FIRST_COMPLETED)
+            for future in sorted((f for f in stepping if f.done()), key=lambda f: stepping[f][0]):
+                i, text, closing = stepping.pop(future)
+                _advance(episodes[i], text, closing, future.result(), tokenizer)
+                _cut(episodes[i], max_tokens)
+                if not episodes[i].done:
+                    join(i)
+
+
+def _submit(pool: ThreadPoolExecutor | None, call: Callable[..., R], *args: Any) -> Future[R]:
+    """`call(*args)` on `pool`, or here and now where it is None (`env_workers` 1)."""
+    if pool is not None:
+        return pool.submit(call, *args)
+    done: Future[R] = Future()
+    done.set_result(call(*args))
+    return done
 
 
 def _name_failed_starts(episodes: list[_Episode]) -> None:

@@ -32,7 +32,7 @@ from transformers import PreTrainedTokenizerBase
 from agentgym import records
 from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.policy.hf import merged_adapters
-from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.rollout.episodes import TaskSpec, TurnBatching, collect
 from agentgym.types import Trajectory
 
 WeightSource = Callable[[], Iterable[tuple[str, torch.Tensor]]]
@@ -90,6 +90,7 @@ def play(
     max_tokens: int | None = None,
     env_timeout_s: float | None = None,
     env_workers: int | None = None,
+    turn_batching: TurnBatching = "barrier",
 ) -> list[Trajectory]:
     """`collect` with a LoRA policy's adapters merged into its model while it samples (one
     matrix per layer instead of three); what an in-process sampler and a Ray worker run."""
@@ -105,6 +106,7 @@ def play(
             max_tokens,
             env_timeout_s,
             env_workers,
+            turn_batching=turn_batching,
         )
 
 
@@ -158,6 +160,7 @@ class InProcessSampler(QueuedSampler):
         env_timeout_s: Seconds an environment's `reset` or `step` may take before its
             episode is given up as unscorable (`run.env_step_timeout_s`); None: no limit.
         env_workers: Threads that call the environments at once (`run.env_workers`).
+        turn_batching: How turns share the decode batch (`run.turn_batching`).
         copies_weights: Whether `policy` samples with its own copy of the learner's
             weights (a vLLM engine, rank 0's whole copy of a sharded learner), which
             `load_weights` then refreshes; False when it samples with the learner's model.
@@ -171,6 +174,7 @@ class InProcessSampler(QueuedSampler):
         env_timeout_s: float | None = None,
         *,
         env_workers: int | None = None,
+        turn_batching: TurnBatching = "barrier",
         copies_weights: bool = False,
     ) -> None:
         super().__init__()
@@ -178,6 +182,7 @@ class InProcessSampler(QueuedSampler):
         self.policy = as_policy(policy)
         self.tokenizer = tokenizer
         self.env_timeout_s, self.env_workers = env_timeout_s, env_workers
+        self.turn_batching = turn_batching
         self.copies_weights = copies_weights
         self.turn_version: Callable[[], int] | None = None
         """Called before each turn (partial rollouts, `AheadSampler`): the turn's version."""
@@ -206,6 +211,7 @@ class InProcessSampler(QueuedSampler):
                 self.env_timeout_s,
                 self.env_workers,
                 self.turn_version,
+                self.turn_batching,
             )
         finally:
             merged, self._merged = self._merged, None

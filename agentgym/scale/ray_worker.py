@@ -58,6 +58,7 @@ class RolloutWorker:
         self.envs = [make_env(config.run.env, **config.run.env_kwargs) for _ in range(envs)]
         self.env_timeout_s = config.run.env_step_timeout_s
         self.env_workers = config.run.env_workers
+        self.turn_batching = config.run.turn_batching
         self.incarnation = uuid.uuid4().hex  # a restarted actor gets a new one
         self._group: SyncGroup | None = None
 
@@ -112,7 +113,15 @@ class RolloutWorker:
         """`rollout.collect` over this worker's groups; groups are numbered from 0."""
         env = self.env_timeout_s, self.env_workers
         played = play(
-            self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens, *env
+            self.envs,
+            specs,
+            group_size,
+            self.policy,
+            self.tokenizer,
+            params,
+            max_tokens,
+            *env,
+            turn_batching=self.turn_batching,
         )
         return self.incarnation, played
 

@@ -151,5 +151,6 @@ def make_sampler(
         tokenizer,
         run.env_step_timeout_s,
         env_workers=run.env_workers,
+        turn_batching=run.turn_batching,
         copies_weights=copies,
     )
