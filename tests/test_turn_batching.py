@@ -70,16 +70,19 @@ SPECS = [TaskSpec(task_id=f"many/train/{i}") for i in range(6)]
 PARAMS = SamplingParams(max_new_tokens=12, temperature=1.0, seed=3)
 
 
-def _play(tiny, turn_batching, envs=None, specs=SPECS):
+def _play(tiny, turn_batching, envs=None, specs=SPECS, workers=None):
     policy, tokenizer = tiny
     envs = envs or [ManyTurnEnv() for _ in range(2 * len(specs))]
-    return collect(envs, specs, 2, policy, tokenizer, PARAMS, turn_batching=turn_batching)
+    return collect(envs, specs, 2, policy, tokenizer, PARAMS, env_workers=workers,
+                   turn_batching=turn_batching)  # fmt: skip
 
 
-@pytest.mark.parametrize("turn_batching", ["ordered", "continuous"])
-def test_streamed_turns_sample_what_the_barrier_samples(tiny, turn_batching):
+@pytest.mark.parametrize(
+    ("turn_batching", "workers"), [("ordered", None), ("continuous", None), ("continuous", 1)]
+)
+def test_streamed_turns_sample_what_the_barrier_samples(tiny, turn_batching, workers):
     barrier = _play(tiny, "barrier")
-    streamed = _play(tiny, turn_batching)
+    streamed = _play(tiny, turn_batching, workers=workers)  # 1: each reply in the loop itself
     assert sorted({len(t.turns) for t in barrier}) == [1, 2, 3]  # rows leave at different turns
     for a, b in zip(barrier, streamed, strict=True):
         assert (a.task_id, a.tokens, a.loss_mask, a.turns) == (

@@ -116,7 +116,8 @@ class TurnStream:
         if self.strings:
             hits = [self.policy.completes_stop(row.ids, self.strings) for row in rows]
             stopped |= torch.tensor(hits, device=stopped.device)
-        spent = torch.tensor([len(r.ids) >= self.params.max_new_tokens for r in rows])
+        budget = [len(r.ids) >= self.params.max_new_tokens for r in rows]
+        spent = torch.tensor(budget, device=stopped.device)
         ended = [self._end(k, bool(stopped[k])) for k in (stopped | spent).nonzero().flatten()]
         going = (~(stopped | spent)).nonzero().flatten()
         if len(going) == 0:

@@ -239,12 +239,7 @@ class VLLMPolicy(PolicyBase):
         from vllm.inputs import TokensPrompt
 
         check_generate_args(prompts, streams)
-        too_long = [len(p) for p in prompts if len(p) >= self.max_model_len]
-        if too_long:
-            raise ValueError(
-                f"a prompt of {max(too_long)} tokens does not fit the engine's "
-                f"max_model_len {self.max_model_len} (policy.max_model_len)"
-            )
+        self._check_fit(prompts)
         requests = []
         for i, prompt in enumerate(prompts):
             seed = None
@@ -260,6 +255,15 @@ class VLLMPolicy(PolicyBase):
             lora_request=self.lora_request,
         )
         return [self._generation(out.outputs[0]) for out in outputs]
+
+    def _check_fit(self, prompts: list[list[int]]) -> None:
+        """Refuses prompts the engine's context cannot hold, naming the longest."""
+        too_long = [len(p) for p in prompts if len(p) >= self.max_model_len]
+        if too_long:
+            raise ValueError(
+                f"a prompt of {max(too_long)} tokens does not fit the engine's "
+                f"max_model_len {self.max_model_len} (policy.max_model_len)"
+            )
 
     def _request(self, prompt: list[int], params: SamplingParams, seed: int | None):
         """The engine's sampling parameters for one prompt."""
@@ -406,11 +410,7 @@ class VLLMTurnStream:
 
         if key in self.keys.values():
             raise ValueError(f"turn_stream: key {key} is already decoding")
-        if len(prompt) >= self.policy.max_model_len:
-            raise ValueError(
-                f"a prompt of {len(prompt)} tokens does not fit the engine's "
-                f"max_model_len {self.policy.max_model_len} (policy.max_model_len)"
-            )
+        self.policy._check_fit([prompt])
         seed = None if stream is None else int(stream) % 2**63
         if seed is None and self.params.seed is not None:
             seed = request_seed(self.params.seed, self.count)

@@ -276,7 +276,7 @@ def collect(
     if turn_batching != "barrier" and not hasattr(policy, "turn_stream"):
         raise ValueError(
             f"turn_batching {turn_batching!r} needs a policy with a turn_stream (the "
-            f"transformers backend); {type(policy).__name__} has none: use 'barrier'"
+            f"transformers and vLLM backends); {type(policy).__name__} has none: use 'barrier'"
         )
     if turn_batching != "barrier" and turn_version is not None:
         raise ValueError(

@@ -111,7 +111,6 @@ class RolloutWorker:
         max_tokens: int | None,
     ) -> Reply:
         """`rollout.collect` over this worker's groups; groups are numbered from 0."""
-        env = self.env_timeout_s, self.env_workers
         played = play(
             self.envs,
             specs,
@@ -120,8 +119,9 @@ class RolloutWorker:
             self.tokenizer,
             params,
             max_tokens,
-            *env,
-            turn_batching=self.turn_batching,
+            self.env_timeout_s,
+            self.env_workers,
+            self.turn_batching,
         )
         return self.incarnation, played
 
