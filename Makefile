@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml
 	command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
 	  && { apt-get install -y bubblewrap || { apt-get update && apt-get install -y bubblewrap; }; }; } \
 	  || echo "bubblewrap not installed: the local sandbox uses unshare (as root) or refuses"
+	# `agentgym view`'s browser tests open the page in Debian's chromium (through playwright,
+	# whose own browser download cannot work offline); install it where we can.
+	command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && { apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; }; } \
+	  || echo "chromium not installed: the viewer's browser tests skip (outside CI)"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from agentgym.config import Config, ConfigError, EvalConfig
 from agentgym.config_cli import add_config_arguments, load, version
 from agentgym.extras import MissingExtraError, require_serve
+from agentgym.view.view_command import cmd_view, view_parser
 
 AGENT_FLAG_HELP = (
     "an agent program that plays the episodes through the OpenAI-compatible endpoint: "
@@ -127,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--n", type=int, metavar="N", help=n_help)
     ev.add_argument("--k", type=int, default=None, help="k of pass@k and maj@k (default: n)")
     ev.add_argument("--baseline", help="a second model, played on the same tasks and compared")
+    keep = "which played episodes to write beside the report (eval.save_episodes; default all)"
+    ev.add_argument("--save-episodes", choices=["none", "failures", "all"], help=keep)
     ev.add_argument("--agent", metavar="MODULE:FUNCTION", help=AGENT_FLAG_HELP)
     ev.add_argument("--output", type=Path, help="report folder (default runs/eval-<env>-<time>)")
     ev.add_argument(
@@ -138,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="override any config field",
     )
     _serve_parser(sub)
+    view_parser(sub)
     _export_parser(sub)
     sub.add_parser("envs", help="List the registered agent environments.")
     doctor = sub.add_parser("doctor", help="Check a model's chat template for tool use.")
@@ -289,6 +293,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "eval.tasks": args.tasks,
         "eval.n": args.n,
         "run.agent": args.agent,
+        "eval.save_episodes": args.save_episodes,
     }
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
     config = load(args.config, [*args.overrides, *named])
@@ -422,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "doctor": cmd_doctor,
         "serve": cmd_serve,
         "export": cmd_export,
+        "view": cmd_view,
     }
     try:
         return commands[args.command](args)

@@ -21,6 +21,10 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "fastapi": ("serve", "fastapi"),
     "uvicorn": ("serve", "uvicorn"),
     "openai": ("serve", "openai"),
+    "trackio": ("trackio", "trackio"),
+    "wandb": ("wandb", "wandb"),
+    "mlflow": ("mlflow", "mlflow-skinny"),
+    "pandas": ("trackio", "pandas"),
 }
 
 

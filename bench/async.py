@@ -161,7 +161,7 @@ def _train(args, out: str, k: int, steps: int, *extra: str) -> None:
     argv = ["train", "--env", args.train_env, "--model", args.model, "--steps", str(steps),
             "--output", out, "--set", f"grpo.tasks_per_step={args.tasks}",
             "--set", f"grpo.group_size={args.group}", "--set", "sampling.max_new_tokens=16",
-            "--set", "run.tensorboard=false", "--set", f"run.save_every={steps}",
+            "--set", "run.report_to=[]", "--set", f"run.save_every={steps}",
             "--set", "eval.every=0", "--set", f"pipeline.max_off_policy_steps={k}",
             *extra]  # fmt: skip
     assert agentgym(argv) == 0

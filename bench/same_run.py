@@ -35,7 +35,7 @@ TINY = [
     "--set", "grpo.beta=0.04", "--set", "grpo.beta_start=0.01",
     "--set", "grpo.beta_warmup_steps=3", "--set", "grpo.group_size=4",
     "--set", "grpo.tasks_per_step=4", "--set", "sampling.max_new_tokens=12",
-    "--set", "run.tensorboard=false", "--set", "run.save_every=2", "--set", "run.steps=3",
+    "--set", "run.report_to=[]", "--set", "run.save_every=2", "--set", "run.steps=3",
 ]  # fmt: skip
 TINY_SFT_EVAL = [
     *TINY, "--env", "cli_envs:cli_envs/TaughtDigits-v0",
@@ -46,7 +46,7 @@ TINY_SFT_EVAL = [
 BASE = [
     "--env", "cli_envs:cli_envs/Digits-v0", "--model", "tiny-random", "--set", "optim.lr=5e-3",
     "--set", "grpo.beta=0.04", "--set", "grpo.group_size=4", "--set", "sampling.max_new_tokens=12",
-    "--set", "run.tensorboard=false", "--set", "run.save_every=2", "--set", "run.steps=3",
+    "--set", "run.report_to=[]", "--set", "run.save_every=2", "--set", "run.steps=3",
 ]  # fmt: skip
 LORA = ["--set", "lora.enabled=true", "--set", "lora.r=4"]
 FULL = ["--set", "lora.enabled=false"]

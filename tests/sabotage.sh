@@ -276,6 +276,12 @@ sabotage "an async checkpoint saving the task stream past the steps handed ahead
     '"run": self.rng.bit_generator.state,' \
     tests/test_async.py::test_a_stopped_async_run_resumed_trains_every_task_of_the_whole_run_once
 
+sabotage "a resumed async run playing the steps handed ahead with the checkpoint's weights" \
+    agentgym/rollout/ahead.py \
+    "        wanted = range(max(self._first, step - self.k), step)" \
+    "        wanted = range(step, step)" \
+    tests/test_async.py::test_a_stopped_async_run_resumed_trains_every_task_of_the_whole_run_once
+
 sabotage "trained.jsonl left uncut after a kill" agentgym/run/runlog.py \
     '    for name in ("metrics.jsonl", "completions.jsonl", "trained.jsonl"):' \
     '    for name in ("metrics.jsonl", "completions.jsonl"):' \
@@ -313,6 +319,18 @@ sabotage "continuous turns waiting for every tool out" agentgym/rollout/episodes
     "            if ordered or not len(turns):  # nothing decodes meanwhile: wait" \
     "            if True:" \
     tests/test_turn_batching.py::test_a_turn_waits_for_another_episodes_tool_only_when_told
+
+# -- what is kept for the viewer ----------------------------------------------------------------
+
+sabotage "an episode file's loss mask shifted by one token" agentgym/eval/episode_files.py \
+    '        self.parts["loss_mask"].append(np.asarray(t.loss_mask, dtype=np.uint8))' \
+    '        self.parts["loss_mask"].append(np.asarray((0, *t.loss_mask[:-1]), dtype=np.uint8))' \
+    tests/test_episode_files.py::test_a_file_holds_each_episodes_tokens_mask_and_figures_by_hand
+
+sabotage "the viewer drawing masked tokens as trained" agentgym/view/viewer.js \
+    '      var trained = e.m.charAt(i) === "1";' \
+    '      var trained = e.m.charAt(i) !== "";' \
+    tests/test_viewer.py::test_the_run_page_shows_every_step_and_the_mask_on_the_exact_tokens
 
 if [ "$missed" -gt 0 ]; then
     # repeated last, where a log cut to its tail (CI's) still shows them

@@ -182,7 +182,7 @@ def test_a_second_estimator_from_this_file_trains_two_steps_on_tool_call(tmp_pat
     code = main(["train", "--env", "tool_call", "--model", "tiny-random", "--steps", "2",
                  "--set", "grpo.advantage=last_turn_double", "--set", "grpo.group_size=2",
                  "--set", "grpo.tasks_per_step=2", "--set", "sampling.max_new_tokens=8",
-                 "--set", "grpo.beta=0.0", "--set", "run.tensorboard=false",
+                 "--set", "grpo.beta=0.0", "--set", "run.report_to=[]",
                  "--output", str(run)])  # fmt: skip
     assert code == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

@@ -370,3 +370,25 @@ def test_the_docs_agent_trains_two_steps_and_evaluates(tmp_path, monkeypatch):
     )
     report = json.loads(Path("report/report.json").read_text())
     assert report["meta"]["agent"] == agent and len(report["tasks"]["model"]) == 2
+
+
+def test_an_agent_plays_ahead_of_the_learner_with_the_versions_the_rule_names(tmp_path):
+    """Asynchronous GRPO with an agent program (k = 1): the agent's endpoint serves a copy
+    of the model that takes each version as its step is played, while the learner steps and
+    the held-out evaluation plays the learner's own: step t is played with version
+    max(0, t - 2), as the in-process sampler plays it."""
+    agent = str(ROOT / "docs" / "tool_agent.py") + ":agent"
+    sets = [
+        "grpo.tasks_per_step=2", "grpo.group_size=2", "sampling.max_new_tokens=16",
+        "pipeline.max_off_policy_steps=1", "eval.every=2", "eval.tasks=2",
+        "eval.report_tasks=0", "run.report_to=[]",
+    ]  # fmt: skip
+    run = tmp_path / "run"
+    argv = ["train", "--env", "tool_call", "--model", "tiny-random", "--agent", agent]
+    assert main([*argv, "--steps", "3", "--output", str(run), *(f"--set={s}" for s in sets)]) == 0
+    trained = [json.loads(x) for x in (run / "trained.jsonl").read_text().splitlines()]
+    versions = {r["step"]: {tuple(g["versions"]) for g in r["groups"]} for r in trained}
+    assert versions == {1: {(0, 0)}, 2: {(0, 0)}, 3: {(1, 1)}}
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]
+    assert [r["step"] for r in rows if "eval/correctness" in r] == [2, 3]  # every 2, the last

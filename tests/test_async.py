@@ -1,7 +1,7 @@
 """Asynchronous GRPO (`pipeline.max_off_policy_steps` k): the sampler plays the next steps'
 tasks on a thread while the learner steps, each with the weights of version
 max(start, t - 1 - k); stale groups dropped and counted; a stopped run resumed trains
-every task of the uninterrupted run once."""
+every task of the uninterrupted run once, and ends bitwise where it ends."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ RUN = [
     "train", "--env", "cli_envs:cli_envs/Digits-v0", "--model", "tiny-random",
     "--set", "lora.enabled=true", "--set", "lora.r=4", "--set", "optim.lr=5e-3",
     "--set", "grpo.group_size=4", "--set", "grpo.tasks_per_step=3",
-    "--set", "sampling.max_new_tokens=10", "--set", "run.tensorboard=false",
+    "--set", "sampling.max_new_tokens=10", "--set", "run.report_to=[]",
     "--set", "run.save_every=2", "--steps", str(STEPS),
 ]  # fmt: skip
 TESTS = Path(__file__).parent
@@ -137,7 +137,9 @@ def test_an_async_run_does_not_depend_on_timing(tmp_path, monkeypatch):
 def test_a_stopped_async_run_resumed_trains_every_task_of_the_whole_run_once(tmp_path, monkeypatch):
     """SIGTERM as step 2 ends (steps 3 and 4 already handed to the sampler, k = 2): the
     checkpoint goes back to before their tasks were drawn, so the resumed run draws them
-    again; the tasks trained, counted from trained.jsonl, are the whole run's, each once."""
+    again, and holds the weights they are played with (versions 0 and 1); the tasks trained,
+    counted from trained.jsonl, are the whole run's, each once, with the whole run's
+    versions, and the run ends bitwise where the uninterrupted one does."""
     import agentgym.run.train as train_module
 
     whole, split = tmp_path / "whole", tmp_path / "split"
@@ -163,11 +165,12 @@ def test_a_stopped_async_run_resumed_trains_every_task_of_the_whole_run_once(tmp
     assert tasks(split) == tasks(whole)
     seeds = [seed for _, seed in tasks(split)]
     assert len(seeds) == len(set(seeds)) == STEPS * 3
-    # steps 3 and 4 were played again with the checkpoint's weights (version 2), step 5 as
-    # the rule says (version 2 = 5 - 1 - k): fresher than the whole run's for step 3
+    # step t played with version max(0, t - 1 - k), as in the uninterrupted run
     versions = {r["step"]: r["groups"][0]["versions"] for r in _trained(split)}
-    assert versions == {1: [0, 0], 2: [0, 0], 3: [2, 2], 4: [2, 2], 5: [2, 2]}
-    assert [r["step"] for r in _metrics(split)] == list(range(1, STEPS + 1))
+    assert versions == {1: [0, 0], 2: [0, 0], 3: [0, 0], 4: [1, 1], 5: [2, 2]}
+    assert _trained(split) == _trained(whole)
+    assert _metrics(split) == _metrics(whole)
+    assert _weights(split) == _weights(whole)
 
 
 def _trajectory(version: int, task: str = "t/1") -> Trajectory:
@@ -208,9 +211,11 @@ def test_groups_more_than_k_behind_are_dropped_and_counted_by_hand():
         drop_stale(StepRecord(6, 5, specs[:1], trajectories[:2]), group_size=2, limit=0)
 
 
-def test_async_with_a_sampler_it_cannot_run_beside_the_learner_is_refused_naming_the_option():
-    with pytest.raises(ValueError, match="pipeline.max_off_policy_steps > 0 with run.agent"):
-        Config.model_validate({"pipeline": {"max_off_policy_steps": 1}, "run": {"agent": "a:b"}})
+def test_async_where_it_cannot_be_played_is_refused_naming_the_option():
+    partial = {"max_off_policy_steps": 1, "partial_rollouts": True}
+    with pytest.raises(ValueError, match="pipeline.partial_rollouts with run.agent"):
+        Config.model_validate({"pipeline": partial, "run": {"agent": "a:b"}})
+    Config.model_validate({"pipeline": {"max_off_policy_steps": 1}, "run": {"agent": "a:b"}})
     with pytest.raises(ValueError, match="policy.backend 'vllm' in this process"):
         Config.model_validate(
             {"pipeline": {"max_off_policy_steps": 1}, "policy": {"backend": "vllm"}}
@@ -266,7 +271,8 @@ def test_an_async_run_killed_or_stopped_anywhere_trains_each_task_once_after_res
 ):
     """Stopped at a named point by AGENTGYM_FAULT (not by timing), then `--resume auto`:
     the tasks trained, counted from trained.jsonl, are the uninterrupted run's, each once,
-    and metrics.jsonl has every step once."""
+    metrics.jsonl has every step once, and the run is bitwise the uninterrupted one (the
+    checkpoint held the weights the steps handed ahead are played with)."""
     run = tmp_path / "run"
     argv = [*_async(2), "--set", "run.save_every=1", "--output", str(run)]
     stopped = _in_a_process(argv, fault)
@@ -277,6 +283,9 @@ def test_an_async_run_killed_or_stopped_anywhere_trains_each_task_once_after_res
     assert _tasks(run) == _tasks(whole_async)
     assert len(set(_tasks(run))) == STEPS * 3
     assert [r["step"] for r in _metrics(run)] == list(range(1, STEPS + 1))
+    assert _trained(run) == _trained(whole_async)
+    assert _metrics(run) == _metrics(whole_async)
+    assert _weights(run) == _weights(whole_async)
 
 
 def test_a_fault_point_that_does_not_parse_is_refused_naming_the_variable(monkeypatch):

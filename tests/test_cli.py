@@ -20,7 +20,7 @@ SMALL = [
     "--set",
     "sampling.max_new_tokens=24",
     "--set",
-    "run.tensorboard=false",
+    "run.report_to=[]",
 ]
 
 
@@ -43,7 +43,7 @@ def test_three_math_steps_on_tiny_random_write_metrics_completions_and_a_checkpo
             str(out),
             *SMALL,
             "--set",
-            "run.tensorboard=true",
+            "run.report_to=[tensorboard]",
         ]
     )
     assert code == 0

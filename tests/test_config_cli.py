@@ -118,9 +118,10 @@ def test_a_refused_trl_flag_exits_naming_our_field(capsys, argv):
         ("model.name=no", {"model": {"name": "no"}}),
         ("model.name=null", {"model": {"name": None}}),
         ("run.env=null", {"run": {"env": "null"}}),
-        ("run.tensorboard=no", {"run": {"tensorboard": False}}),
+        ("run.stop_on_health=no", {"run": {"stop_on_health": False}}),
         ("run.log_completions=2", {"run": {"log_completions": 2}}),
-        ("run.tensorboard=1", {"run": {"tensorboard": True}}),
+        ("run.stop_on_health=1", {"run": {"stop_on_health": True}}),
+        ("run.report_to=[wandb, mlflow]", {"run": {"report_to": ["wandb", "mlflow"]}}),
         ("optim.lr=1e-6", {"optim": {"lr": 1e-6}}),
         ("grpo.epsilon_high=None", {"grpo": {"epsilon_high": None}}),
         (
@@ -164,7 +165,7 @@ def test_deeper_dict_keys_merge_and_a_later_set_wins():
         ("beta", ["section.field=value"]),
         ("sampling.temperature=hot", ["sampling.temperature", "expected float", "'hot'"]),
         ("grpo.group_size=4.5", ["grpo.group_size", "expected int"]),
-        ("run.tensorboard=maybe", ["run.tensorboard", "expected bool"]),
+        ("run.stop_on_health=maybe", ["run.stop_on_health", "expected bool"]),
         ("sampling.stop=[a", ["sampling.stop", "not YAML flow syntax"]),
         ("sampling.stop=abc", ["sampling.stop", "expected list[str]"]),
         ("grpo.beta.x=1", ["grpo.beta is float", "no keys"]),
@@ -342,9 +343,9 @@ def test_a_shipped_config_loads_as_load_config_reads_it(name):
 
 def test_set_overrides_the_file_as_load_config_does():
     path = ROOT / "configs" / "math.yaml"
-    ours = load(path, ["grpo.beta=0.02", "run.tensorboard=false", "model.name=tiny-random"])
+    ours = load(path, ["grpo.beta=0.02", "run.report_to=[]", "model.name=tiny-random"])
     theirs = load_config(
-        path, {"grpo.beta": 0.02, "run.tensorboard": False, "model.name": "tiny-random"}
+        path, {"grpo.beta": 0.02, "run.report_to": [], "model.name": "tiny-random"}
     )
     assert ours == theirs and ours.grpo.beta == 0.02
 

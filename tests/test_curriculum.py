@@ -157,7 +157,7 @@ CLIMB = [
     "--set", "run.curriculum.levels=[1, 2, 3]", "--set", "run.curriculum.threshold=0.5",
     "--set", "run.curriculum.window=2", "--set", "grpo.group_size=2",
     "--set", "grpo.tasks_per_step=2", "--set", "sampling.max_new_tokens=8",
-    "--set", "run.tensorboard=false", "--set", "run.save_every=1", "--set", "optim.lr=5e-3",
+    "--set", "run.report_to=[]", "--set", "run.save_every=1", "--set", "optim.lr=5e-3",
     "--set", "run.log_completions=4", "--steps", "5",
 ]  # fmt: skip
 

@@ -96,7 +96,7 @@ def test_run_envs_sets_the_mix_and_refuses_a_second_env():
 MIXED = [
     "train", "--model", "tiny-random", "--set", f"run.envs={json.dumps(THREE)}",
     "--set", "grpo.group_size=2", "--set", "grpo.tasks_per_step=4",
-    "--set", "sampling.max_new_tokens=12", "--set", "run.tensorboard=false",
+    "--set", "sampling.max_new_tokens=12", "--set", "run.report_to=[]",
     "--set", "lora.enabled=true", "--set", "lora.r=4", "--set", "optim.lr=5e-3",
     "--set", "run.save_every=1", "--set", "eval.every=3", "--set", "eval.tasks=3",
     "--set", "eval.report_tasks=3", "--set", "eval.n=2", "--set", "eval.max_new_tokens=12",

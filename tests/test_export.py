@@ -18,7 +18,7 @@ from agentgym.run.export import export
 TRAIN = [
     "train", "--env", "tool_call", "--model", "tiny-random", "--steps", "2",
     "--set", "grpo.group_size=2", "--set", "grpo.tasks_per_step=2",
-    "--set", "sampling.max_new_tokens=16", "--set", "run.tensorboard=false",
+    "--set", "sampling.max_new_tokens=16", "--set", "run.report_to=[]",
     "--set", "eval.every=1", "--set", "eval.tasks=2", "--set", "eval.report_tasks=2",
 ]  # fmt: skip
 LORA_AFTER_SFT = [

@@ -81,8 +81,8 @@ def test_train_without_the_math_extra_is_exit_2_naming_it_and_writes_nothing(
 def test_without_tensorboard_a_run_logs_metrics_and_warns_once(hide, tmp_path, caplog):
     hide("tensorboard")
     with caplog.at_level(logging.WARNING, logger="agentgym.run.runlog"):
-        log = RunLog(tmp_path, tensorboard=True)
-    assert log.writer is None
+        log = RunLog(tmp_path, report_to=["tensorboard"])
+    assert log.trackers == []
     (record,) = caplog.records
     assert "pip install 'agentgym[tensorboard]'" in record.getMessage()
     log.metrics(1, {"reward/mean": 0.5})
@@ -94,3 +94,13 @@ def test_the_endpoint_without_the_serve_extra_is_exit_2_naming_it(hide, capsys):
     hide("fastapi")
     assert main(["serve", "--model", "tiny-random"]) == 2
     assert "pip install 'agentgym[serve]'" in capsys.readouterr().err
+
+
+def test_a_tracker_that_is_not_installed_is_refused_before_the_model_loads(hide, tmp_path, capsys):
+    hide("wandb")
+    out = tmp_path / "run"
+    argv = ["train", "--env", "tool_call", "--model", "tiny-random", "--output", str(out)]
+    assert main([*argv, "--set", "run.report_to=[tensorboard, wandb]"]) == 2
+    err = capsys.readouterr().err
+    assert "run.report_to: wandb is not installed: pip install 'agentgym[wandb]'" in err
+    assert not out.exists()

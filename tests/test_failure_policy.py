@@ -26,7 +26,7 @@ from agentgym.types import Trajectory
 ENV = "broken_envs:broken_envs/Broken-v0"
 SMALL = ["--model", "tiny-random", "--set", "grpo.group_size=2", "--set",
          "grpo.tasks_per_step=2", "--set", "sampling.max_new_tokens=4", "--set",
-         "run.tensorboard=false"]  # fmt: skip
+         "run.report_to=[]"]  # fmt: skip
 
 
 class FixedPolicy:
@@ -147,7 +147,7 @@ def test_a_run_whose_resets_raise_stops_the_same_way(tmp_path, capsys):
         "run.env": ENV, "run.env_kwargs": {"fails": "reset"}, "model.name": "tiny-random",
         "run.steps": 8, "run.max_failed_steps": 3, "run.output": str(tmp_path / "run"),
         "grpo.group_size": 2, "grpo.tasks_per_step": 2, "sampling.max_new_tokens": 4,
-        "run.tensorboard": False,
+        "run.report_to": [],
     })  # fmt: skip
     with pytest.raises(TrainingError, match="OSError: the task store is unreachable") as err:
         train(config)

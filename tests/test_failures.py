@@ -303,7 +303,7 @@ def test_a_train_step_counts_the_failures_and_logs_their_first_messages(tiny, tm
     scored = [trajs[0].reward, trajs[3].reward]
     assert all(t.reward_parts["raises_if_flagged"] == 0.25 for t in (trajs[0], trajs[3]))
     assert metrics["reward/mean"] == pytest.approx(sum(scored) / 2)
-    log = RunLog(tmp_path, tensorboard=True)
+    log = RunLog(tmp_path, report_to=["tensorboard"])
     log.metrics(1, metrics)
     log.close()
     (row,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -32,7 +32,7 @@ RUN = [
     "--set", "optim.lr=1e-3", "--set", "optim.adam_epsilon=1e-6",
     "--set", "optim.micro_batch_size=3",
     "--set", "grpo.group_size=4", "--set", "grpo.tasks_per_step=2",
-    "--set", "sampling.max_new_tokens=10", "--set", "run.tensorboard=false",
+    "--set", "sampling.max_new_tokens=10", "--set", "run.report_to=[]",
     "--set", "run.save_every=1",
     "--set", "rewards.functions=[{fn: 'test_fsdp_train:distinct_characters'}]",
 ]  # fmt: skip

@@ -37,7 +37,7 @@ SMALL = ["--model", "tiny-random", "--env", "tool_call", "--set", f"model.device
          "--set", "grpo.group_size=2", "--set", "grpo.tasks_per_step=2",
          "--set", "sampling.max_new_tokens=16", "--set", "sft.steps=1",
          "--set", "sft.demonstrations=2", "--set", "sft.batch_size=2",
-         "--set", "run.tensorboard=false"]  # fmt: skip
+         "--set", "run.report_to=[]"]  # fmt: skip
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ PIPELINE = [
     "--set", "sft.batch_size=2", "--set", "lora.enabled=true", "--set", "lora.r=4",
     "--set", "eval.every=2", "--set", "eval.tasks=3", "--set", "eval.report_tasks=4",
     "--set", "grpo.group_size=2", "--set", "grpo.tasks_per_step=2",
-    "--set", "sampling.max_new_tokens=12", "--set", "run.tensorboard=false",
+    "--set", "sampling.max_new_tokens=12", "--set", "run.report_to=[]",
 ]  # fmt: skip
 
 
@@ -264,7 +264,7 @@ def test_the_default_config_runs_its_whole_pipeline_on_tiny_random(tmp_path):
     small = ["sft.steps=2", "sft.demonstrations=2", "sft.batch_size=2", "eval.tasks=2",
              "eval.report_tasks=2", "eval.n=2", "eval.every=1", "grpo.group_size=2",
              "grpo.tasks_per_step=1", "sampling.max_new_tokens=6", "eval.max_new_tokens=6",
-             "run.tensorboard=false"]  # fmt: skip
+             "run.report_to=[]"]  # fmt: skip
     assert main([*argv, *(x for s in small for x in ("--set", s))]) == 0
     report = json.loads((out / "report" / "report.json").read_text())
     models = list(report["models"])

@@ -27,7 +27,7 @@ from agentgym.run.checkpoint import save_checkpoint
 from agentgym.types import Batch
 
 SMALL_TRAIN = ["--set", "grpo.group_size=2", "--set", "grpo.tasks_per_step=1",
-               "--set", "sampling.max_new_tokens=8", "--set", "run.tensorboard=false"]  # fmt: skip
+               "--set", "sampling.max_new_tokens=8", "--set", "run.report_to=[]"]  # fmt: skip
 CLIP = torch.nn.utils.clip_grad_norm_
 SMALL_SFT = ["--set", "sft.demonstrations=2", "--set", "sft.batch_size=2"]
 TINY_EVAL = ["--tasks", "2", "--n", "0", "--set", "sampling.max_new_tokens=8"]

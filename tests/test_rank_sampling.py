@@ -19,7 +19,7 @@ RUN = [
     "train", "--env", "cli_envs:cli_envs/PlayedDigits-v0", "--model", "tiny-random",
     "--steps", "2", "--set", "optim.lr=1e-3", "--set", "optim.micro_batch_size=3",
     "--set", "grpo.group_size=4", "--set", "grpo.tasks_per_step=3",
-    "--set", "sampling.max_new_tokens=10", "--set", "run.tensorboard=false",
+    "--set", "sampling.max_new_tokens=10", "--set", "run.report_to=[]",
     "--set", "run.log_completions=12",
 ]  # fmt: skip
 """Two steps of 3 task groups of 4: on two ranks, rank 0 plays 1 group and rank 1 2."""

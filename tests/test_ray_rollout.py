@@ -352,7 +352,7 @@ def _run(out: Path, *extra: str) -> tuple[list[dict], list[dict]]:
     argv = ["train", "--env", "ray_envs:ray_envs/CrashOnce-v0", "--model", "tiny-random",
             "--steps", "2", "--output", str(out), "--set", "grpo.group_size=2",
             "--set", "grpo.tasks_per_step=3", "--set", "sampling.max_new_tokens=8",
-            "--set", "optim.lr=1e-3", "--set", "run.tensorboard=false",
+            "--set", "optim.lr=1e-3", "--set", "run.report_to=[]",
             "--set", "run.log_completions=100", *extra]  # fmt: skip
     assert main(argv) == 0
 

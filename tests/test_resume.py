@@ -33,7 +33,7 @@ RUN = [
     "--set", "optim.lr_scheduler=cosine", "--set", "optim.warmup_steps=1",
     "--set", "grpo.beta=0.04", "--set", "grpo.beta_start=0.01", "--set", "grpo.beta_warmup_steps=3",
     "--set", "grpo.group_size=4", "--set", "grpo.tasks_per_step=4",
-    "--set", "sampling.max_new_tokens=12", "--set", "run.tensorboard=false",
+    "--set", "sampling.max_new_tokens=12", "--set", "run.report_to=[]",
     "--set", "run.save_every=2",
 ]  # fmt: skip
 WITH_SFT_AND_EVALS = [

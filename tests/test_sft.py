@@ -45,5 +45,5 @@ def test_sft_lowers_the_loss_and_writes_a_checkpoint_train_can_start_from(tmp_pa
     checkpoint = out / "checkpoint-000012"
     argv = ["train", "--env", "tool_call", "--model", str(checkpoint), "--steps", "1"]
     small = ["--set", "grpo.group_size=2", "--set", "grpo.tasks_per_step=1",
-             "--set", "sampling.max_new_tokens=8", "--set", "run.tensorboard=false"]  # fmt: skip
+             "--set", "sampling.max_new_tokens=8", "--set", "run.report_to=[]"]  # fmt: skip
     assert main([*argv, "--output", str(tmp_path / "grpo"), *small]) == 0

@@ -42,7 +42,7 @@ RUN = [
     "--set", "sft.batch_size=2", "--set", "sft.long=3", "--set", "eval.every=2",
     "--set", "eval.tasks=2", "--set", "eval.report_tasks=3", "--set", "grpo.group_size=2",
     "--set", "grpo.tasks_per_step=2", "--set", "sampling.max_new_tokens=8",
-    "--set", "run.tensorboard=false", "--steps", "2",
+    "--set", "run.report_to=[]", "--steps", "2",
 ]  # fmt: skip
 
 

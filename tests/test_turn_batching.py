@@ -216,7 +216,7 @@ def test_a_run_with_ordered_turns_trains_as_the_barrier_run(tmp_path):
     one-turn episodes are computed alike and the runs are bitwise the same."""
     argv = ["train", "--env", "cli_envs:cli_envs/Digits-v0", "--model", "tiny-random",
             "--set", "grpo.group_size=4", "--set", "grpo.tasks_per_step=2", "--steps", "2",
-            "--set", "sampling.max_new_tokens=10", "--set", "run.tensorboard=false"]  # fmt: skip
+            "--set", "sampling.max_new_tokens=10", "--set", "run.report_to=[]"]  # fmt: skip
     assert main([*argv, "--output", str(tmp_path / "barrier")]) == 0
     ordered = [*argv, "--set", "run.turn_batching=ordered", "--output", str(tmp_path / "o")]
     assert main(ordered) == 0

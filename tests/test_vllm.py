@@ -411,7 +411,7 @@ def test_two_steps_of_agentgym_train_with_the_vllm_policy(tmp_path):
     out = tmp_path / "run"
     sets = ["grpo.group_size=2", "grpo.tasks_per_step=2", "sampling.max_new_tokens=48",
             "sampling.max_episode_tokens=1024", "lora.enabled=true", "optim.lr=1e-4",
-            "run.tensorboard=false", "run.save_every=2", *FLOAT32]  # fmt: skip
+            "run.report_to=[]", "run.save_every=2", *FLOAT32]  # fmt: skip
     cmd = [sys.executable, "-m", "agentgym", "train", "--env", "tool_call", "--policy", "vllm",
            "--steps", "2", "--output", str(out)]  # fmt: skip
     for item in sets:

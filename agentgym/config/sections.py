@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -153,6 +154,13 @@ class EvalConfig(Section):
     max_new_tokens: int | None = Field(
         None, gt=0, description="Tokens per turn when evaluating; None: sampling.max_new_tokens."
     )
+    save_episodes: Literal["none", "failures", "all"] = Field(
+        "all",
+        description="`agentgym eval` writes the episodes it played (messages, reward parts, "
+        "token ids, mask, logprobs) to episodes-<model|baseline>.npz beside report.json, for "
+        "`agentgym view`: all, the failures (not fully correct, or unscorable), or none; "
+        "tokens kept up to run.episode_max_mb a file.",
+    )
 
 
 MIX_ENV = "agentgym/Mix-v0"  # several envs as one: `run.envs`
@@ -167,6 +175,10 @@ class CurriculumConfig(Section):
     window: int = Field(8, ge=1, description="Steps at a level whose mean must reach threshold.")
 
 
+Tracker = Literal["tensorboard", "trackio", "wandb", "mlflow"]
+"""The trackers `run.report_to` may name (`agentgym.run.trackers`)."""
+
+
 class RunConfig(Section):
     env: str = Field("math", description="Env: a short name, a registered id, or module:Env-v0.")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to gym.make.")
@@ -174,6 +186,21 @@ class RunConfig(Section):
         default_factory=list,
         description=f"Several envs: [{{env, weight, env_kwargs, name}}, ...]; sets env={MIX_ENV}.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tensorboard_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("tensorboard") is not None:
+            warnings.warn(
+                "run.tensorboard is deprecated: set run.report_to (a list of trackers, "
+                "'tensorboard' among them)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            others = [t for t in data.get("report_to", ["tensorboard"]) if t != "tensorboard"]
+            on = ["tensorboard"] if data["tensorboard"] else []
+            data = {**data, "report_to": on + others, "tensorboard": None}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -239,10 +266,36 @@ class RunConfig(Section):
         3600.0, gt=0, description="Seconds an agent's episode may take, model's time included."
     )
     log_completions: int = Field(4, ge=0, description="Completions written per step.")
-    tensorboard: bool = Field(
+    log_episodes: bool = Field(
         True,
-        description="Also log metrics to TensorBoard (the `tensorboard` extra; off, with a "
-        "warning, where it is not installed).",
+        description="Write each step's episodes (messages, reward parts, advantage; tokens, "
+        "mask, logprobs and versions as run.episode_tokens says) to "
+        "episodes/step-NNNNNN.npz, on a thread of its own, for `agentgym view`.",
+    )
+    episode_tokens: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="The share of each step's episodes (the first ones) whose token ids, "
+        "mask, logprobs and versions are written; the others keep messages and figures.",
+    )
+    episode_max_mb: float = Field(
+        32.0,
+        gt=0,
+        description="The most a step's token arrays may take (about 17 bytes a token, "
+        "before compression); episodes past it keep messages and figures only.",
+    )
+    report_to: list[Tracker] = Field(
+        default_factory=lambda: list[Tracker](["tensorboard"]),
+        description="Trackers that get each step's scalars (metrics.jsonl's names) and a "
+        "table of a few episodes, each writing locally unless set up to send "
+        "(agentgym.run.trackers); [] for none. tensorboard is skipped with a warning where "
+        "it is not installed; the others are refused before the model loads.",
+    )
+    tensorboard: bool | None = Field(
+        None,
+        description="Deprecated, run.report_to's: true adds 'tensorboard' to it, false "
+        "takes it out.",
     )
     stop_on_health: bool = Field(False, description="Stop, with a checkpoint, on a health warning.")
 
@@ -361,10 +414,10 @@ class Config(Section):
             _check_turn_batching(self)
         if not self.pipeline.max_off_policy_steps:
             return self
-        if self.run.agent is not None:
+        if self.run.agent is not None and self.pipeline.partial_rollouts:
             raise ValueError(
-                "pipeline.max_off_policy_steps > 0 with run.agent: an agent program's episodes "
-                "are played synchronously for now; set pipeline.max_off_policy_steps: 0"
+                "pipeline.partial_rollouts with run.agent: an agent program's turns go through "
+                "the endpoint, which takes new weights between episodes, not between turns"
             )
         if self.policy.backend == "vllm" and self.distributed.backend == "none":
             raise ValueError(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentgym.eval.episode_files import write_episodes
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids
 from agentgym.eval.report import build_report, summarize, write_report
 from agentgym.records import Report
+from agentgym.types import Trajectory
 
 
 def run_eval(config, *, k: int, baseline: str | None, output: Path) -> Report:
@@ -35,7 +37,10 @@ def run_eval(config, *, k: int, baseline: str | None, output: Path) -> Report:
                 task = stages.stage(f"eval {role}", held.episodes)
                 policy = HFPolicy(model, tokenizer)
                 advance = lambda count, task=task: stages.advance(task, count)  # noqa: E731
-                results[role] = held.run(policy, seed=run.seed, advance=advance)
+                played: list[Trajectory] = []
+                results[role] = held.run(policy, seed=run.seed, advance=advance, episodes=played)
+                path, greedy = output / f"episodes-{role}.npz", len(results[role])
+                save_episodes(path, played, greedy, config, name, tokenizer)
                 figures = summarize(results[role]).greedy
                 stages.note(task, f"correct {figures.correctness_strict:.3f}", done=True)
             finally:
@@ -61,3 +66,26 @@ def run_eval(config, *, k: int, baseline: str | None, output: Path) -> Report:
         write_report(output, report)
         print_report(report, stages.bar.console)
     return report
+
+
+def save_episodes(
+    path: Path, played: list[Trajectory], greedy: int, config, model: str, tokenizer
+) -> None:
+    """Writes the episodes `eval.save_episodes` names (all, the failures: not fully correct,
+    or unscorable; none) of those `model` played, in the order played (the first `greedy`
+    greedily, then each task's `eval.n` sampled ones; each labelled), with each token's
+    text."""
+    which = config.eval.save_episodes
+    if which == "none":
+        return
+    n = config.eval.n  # each task's sampled episodes follow the greedy ones, task by task
+    labels = [{"greedy": True, "sample": 0} for _ in range(greedy)]
+    labels += [{"greedy": False, "sample": i % n} for i in range(len(played) - greedy)]
+    if which == "failures":
+        failed = [not t.scorable or t.reward_parts.get("correctness", 0) < 1 for t in played]
+        played = [t for t, f in zip(played, failed, strict=True) if f]
+        labels = [x for x, f in zip(labels, failed, strict=True) if f]
+    max_bytes = int(config.run.episode_max_mb * (1 << 20))
+    decode = lambda i: tokenizer.decode([i])  # noqa: E731
+    extra = {"model": model}
+    write_episodes(path, played, max_bytes=max_bytes, extra=extra, decode=decode, labels=labels)

@@ -231,23 +231,33 @@ class HeldOut:
         return out
 
     def run(
-        self, policy: Policy, *, seed: int = 0, advance: Callable[[int], None] = lambda n: None
+        self,
+        policy: Policy,
+        *,
+        seed: int = 0,
+        advance: Callable[[int], None] = lambda n: None,
+        episodes: list[Trajectory] | None = None,
     ) -> list[TaskResult]:
-        """Plays every task; `advance(k)` is called as each k episodes finish."""
+        """Plays every task; `advance(k)` is called as each k episodes finish. `episodes`,
+        when given, gets every episode played: each task's greedy one, then the sampled."""
+        kept = episodes if episodes is not None else []
         with merged_adapters(as_policy(policy).model):
             if self.agent is None:
-                return self._run(policy, seed, advance)
+                return self._run(policy, seed, advance, kept)
             player = self.agent.player(policy, self.tokenizer)
             self._collect = player.collect  # the agent program plays each episode
             try:
-                return self._run(policy, seed, advance)
+                return self._run(policy, seed, advance, kept)
             finally:
                 self._collect = collect
                 player.close()
 
-    def _run(self, policy: Policy, seed: int, advance: Callable[[int], None]) -> list[TaskResult]:
+    def _run(
+        self, policy: Policy, seed: int, advance: Callable[[int], None], kept: list[Trajectory]
+    ) -> list[TaskResult]:
         greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0, stop=self.stop)
         played = self._play(policy, 1, greedy, advance)
+        kept += [g[0] for g in played]
         results = [
             TaskResult(
                 t,
@@ -269,6 +279,7 @@ class HeldOut:
                 results, self._play(policy, self.n, sampled, advance), strict=True
             ):
                 result.samples = [EpisodeScore.of(t, result.expected) for t in group]
+                kept += group
         return results
 
     def close(self) -> None:

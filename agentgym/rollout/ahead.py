@@ -17,6 +17,12 @@ With partial rollouts, the newest weights the step being played may use (up to v
 step - 1) also go in before each turn (`InProcessSampler.turn_version`), so an episode may
 mix versions, each token recording its own; which turn takes them depends on timing.
 
+A checkpoint holds the weights the steps handed ahead are to be played with (`kept`):
+version max(first, s - k) up to s - 1 at step s, which the sampler keeps (`start` is the
+first of them); a resumed run puts them back (`agentgym.run.setup`), so the steps drawn again
+are played with the very weights the uninterrupted run played them with, and the run goes
+on bitwise. That costs up to k copies of the trained weights (adapters, with LoRA).
+
 `stale_groups` is the check the loop makes before training a batch: groups whose oldest
 sampled token is more than k versions behind are dropped and counted
 (`async/dropped_groups`); under the rule above none is, but a sampler that plays by other
@@ -62,6 +68,8 @@ class AheadSampler:
             `inner` holds the weights of version `first_step - 1`.
         partial_rollouts: Newer weights go in between turns too (`inner` must play turn by
             turn in this process: an `InProcessSampler`).
+        start: The weights `inner` holds now (of version `inner.version`), kept for a
+            checkpoint to hold (`kept`); None: not kept.
     """
 
     def __init__(
@@ -70,6 +78,7 @@ class AheadSampler:
         max_off_policy_steps: int,
         first_step: int = 1,
         partial_rollouts: bool = False,
+        start: WeightSource | None = None,
     ) -> None:
         if max_off_policy_steps < 1:
             raise ValueError(f"max_off_policy_steps must be >= 1, got {max_off_policy_steps}")
@@ -87,6 +96,8 @@ class AheadSampler:
         self._todo: deque[_Submission] = deque()
         self._done: deque[list[Trajectory] | BaseException] = deque()
         self._weights: dict[int, Weights] = {}
+        self._first = inner.version
+        self._kept: dict[int, Weights] = {} if start is None else {self._first: _copy(start)}
         self._closed = False
         self._thread = threading.Thread(target=self._work, name="agentgym-sampler", daemon=True)
         self._thread.start()
@@ -135,11 +146,26 @@ class AheadSampler:
         """Copies `weights()` now; the thread puts them into the wrapped sampler before the
         first submission that is to be played with `version`. Returns the copy's seconds."""
         start = time.perf_counter()
-        copied = [(name, tensor.detach().clone()) for name, tensor in weights()]
+        copied = _copy(weights)
         with self._cond:
             self._weights[version] = copied
             self._cond.notify_all()
+        if self._kept:
+            oldest = max(self._first, version - self.k)
+            self._kept = {v: w for v, w in self._kept.items() if v >= oldest}
+            self._kept[version] = copied
         return {records.WEIGHT_SYNC_SECONDS: time.perf_counter() - start}
+
+    def kept(self, step: int) -> dict[int, Weights]:
+        """The weights that the steps after `step` (handed ahead or not yet) are to be played
+        with, older than `step`'s own: versions max(first, step - k) to step - 1, by version.
+        Empty when they were not kept (no `start`)."""
+        if not self._kept:
+            return {}
+        wanted = range(max(self._first, step - self.k), step)
+        missing = [v for v in wanted if v not in self._kept]
+        assert not missing, f"versions {missing} were not kept"  # handed over in order
+        return {v: self._kept[v] for v in wanted}
 
     def close(self) -> None:
         """Stops the thread after the submission it is playing, then closes the wrapped one."""
@@ -199,6 +225,10 @@ class AheadSampler:
             return False
         version = self._version_for(self._todo[0].step)
         return version == self.inner.version or version in self._weights
+
+
+def _copy(weights: WeightSource) -> Weights:
+    return [(name, tensor.detach().clone()) for name, tensor in weights()]
 
 
 def _source(weights: Weights) -> WeightSource:

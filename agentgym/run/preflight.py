@@ -45,7 +45,7 @@ import gymnasium as gym
 from agentgym.config import Config, ConfigError
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
 from agentgym.env.mixture import EnvMix
-from agentgym.extras import require_serve
+from agentgym.extras import available, install_hint, require_serve
 from agentgym.learn.advantages import unregistered
 from agentgym.policy.chat_templates import read_chat_template
 from agentgym.policy.models import ModelNotFoundError, check_model_available
@@ -102,7 +102,12 @@ def check(
             problems.append(Problem("model.chat_template", str(err)))
     problems += _env_problems(config, command)
     problems += _agent_problems(config)
-    if command == "train":  # after the env's module, which may register them, is imported
+    if command == "train":
+        problems += [
+            Problem("run.report_to", f"{name} is not installed: {install_hint(name)}")
+            for name in config.run.report_to
+            if name != "tensorboard" and not available(name)  # tensorboard: a warning
+        ]  # after the env's module, which may register them, is imported
         problems += [Problem(key, why) for key, why in unregistered(config.grpo).items()]
     if problems:
         lines = [f"  {p.field}: {p.message}" for p in problems]

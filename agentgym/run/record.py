@@ -119,6 +119,8 @@ def record_step(
     run.log.metrics(step, metrics, health=[w.kind for w in warnings])
     run.log.completions(step, list(record.trajectories), config.run.log_completions)
     run.log.trained(record, config.grpo.group_size)
+    if config.run.log_episodes:
+        run.log.episodes(record, config.run.episode_tokens, config.run.episode_max_mb, t.tokenizer)
     select = records.EVAL_PASS_AT_1 if ev.n else records.EVAL_CORRECTNESS
     if records.EVAL_CORRECTNESS in metrics and best_step(p.candidates(), select) == step:
         p.best_step = step

@@ -112,9 +112,12 @@ class Trainer:
         config: Config,
         start_model: str | None,
         results: dict[str, list[TaskResult]],
+        sampler_weights: Mapping[int, list[tuple[str, torch.Tensor]]] | None = None,
     ) -> Path:
         """Writes `checkpoint-{step}` (weights, optimizer, schedule, RNG states, counters,
-        the metric history, `results`: the evaluations so far) and prunes to `run.keep_last`."""
+        the metric history, `results`: the evaluations so far) and prunes to `run.keep_last`.
+        `sampler_weights`, by version: the older weights the steps handed ahead are to be
+        played with (`AheadSampler.kept`), saved with the optimizer's state."""
         run = config.run
         assert run.output is not None  # the CLI (or the caller) names the run's folder
         p = self.progress
@@ -130,12 +133,14 @@ class Trainer:
                 "python": random.getstate(),
                 "numpy": _numpy_state(),
                 # a checkpoint goes back to before the tasks handed ahead were drawn: a
-                # resumed run draws them again, to play them with the checkpoint's weights
+                # resumed run draws them again, to play them with `sampler_weights`
                 "run": self.submitted[0].stream if self.submitted else self.rng.bit_generator.state,
             },
             evals={k: [dataclasses.asdict(r) for r in v] for k, v in results.items()},
         ).to_json()
         trainer = {"learner": ranks.share_state(self.learner), "torch_rng": torch.get_rng_state()}
+        if sampler_weights:
+            trainer["sampler_weights"] = dict(sampler_weights)
         folder = save_checkpoint(
             run.output, step, self.model, self.tokenizer, config, state=state, trainer=trainer
         )

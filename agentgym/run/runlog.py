@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from agentgym import records
+from agentgym.eval.episode_files import token_advantages, write_episodes
 from agentgym.extras import available, install_hint
 from agentgym.run.failures import failed_fraction
+from agentgym.run.trackers import finite, open_trackers
 from agentgym.types import StepRecord, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -125,51 +130,65 @@ def tool_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
 
 class RunLog:
-    """Appends a step's metrics and completions under the run directory.
+    """Appends a step's metrics and completions under the run directory, and reports them
+    to the run's trackers.
 
     Args:
         directory: The run directory (created if missing).
-        tensorboard: Also write TensorBoard event files under `directory/tb`.
+        report_to: The trackers (`agentgym.run.trackers`); TensorBoard writes under
+            `directory/tb`, and is left out with a warning where it is not installed.
         purge_step: A resumed run's first step: TensorBoard drops what an earlier
             process logged from there on (see `truncate_logs` for the JSON lines).
+        config: The run's config, for the trackers that keep it.
     """
 
-    def __init__(self, directory: Path, tensorboard: bool = True, purge_step: int | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        report_to: Sequence[str] = ("tensorboard",),
+        purge_step: int | None = None,
+        config: dict[str, Any] | None = None,
+    ):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.writer = None
-        if tensorboard and not available("tensorboard"):
+        names = list(report_to)
+        if "tensorboard" in names and not available("tensorboard"):
             logger.warning(
-                "TensorBoard logging is off: tensorboard is not installed (%s, or set "
-                "run.tensorboard: false); metrics.jsonl has every metric",
+                "TensorBoard logging is off: tensorboard is not installed (%s, or take it "
+                "out of run.report_to); metrics.jsonl has every metric",
                 install_hint("tensorboard"),
             )
-        elif tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(self.directory / "tb"), purge_step=purge_step)
+            names.remove("tensorboard")
+        self.trackers = open_trackers(names, self.directory, config or {}, purge_step)
+        self._episodes: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        self._decoder: Any = None
 
     def metrics(
         self, step: int, values: Mapping[str, float | str], health: Sequence[str] = ()
     ) -> None:
-        """Appends one line to metrics.jsonl (and TensorBoard); `health` lists warning kinds.
-
-        Strings (such as a first error's message) go to metrics.jsonl as they are;
-        TensorBoard gets the finite numbers only.
-        """
+        """Appends one line to metrics.jsonl (and reports it to the trackers); `health`
+        lists warning kinds. Strings (such as a first error's message) go to metrics.jsonl
+        as they are; the trackers get the finite numbers only."""
         record: dict[str, object] = {"step": step, **{k: _finite(v) for k, v in values.items()}}
         if health:
             record["health"] = list(health)
         with open(self.directory / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
-        if self.writer is not None:
-            for key, value in values.items():
-                if not isinstance(value, str) and math.isfinite(value):
-                    self.writer.add_scalar(key, value, step)
-            self.writer.flush()
+        numbers = finite(values)
+        for tracker in self.trackers:
+            tracker.scalars(step, numbers)
 
     def completions(self, step: int, trajectories: Sequence[Trajectory], limit: int) -> None:
-        """Appends up to `limit` sampled episodes to completions.jsonl."""
+        """Appends up to `limit` sampled episodes to completions.jsonl, and gives the
+        trackers a table of them."""
+        if self.trackers and limit:
+            rows = [
+                (step, t.task_id, t.group, _finite(t.reward), len(t.turns), _last_action(t))
+                for t in trajectories[:limit]
+            ]
+            for tracker in self.trackers:
+                tracker.episodes(step, rows)
         with open(self.directory / "completions.jsonl", "a") as f:
             for t in trajectories[:limit]:
                 record = {
@@ -207,15 +226,66 @@ class RunLog:
         with open(self.directory / "trained.jsonl", "a") as f:
             f.write(json.dumps({"step": record.step, "groups": groups}) + "\n")
 
+    def episodes(self, record: StepRecord, token_share: float, max_mb: float, tokenizer) -> None:
+        """Writes the step's episodes to `episodes/step-NNNNNN.npz`
+        (`agentgym.eval.episode_files`, each token's text from `tokenizer`) on the log's
+        own thread, off the learner's path. The thread decodes with a copy of the
+        tokenizer: a fast tokenizer is not to be used from two threads at once."""
+        if self._episodes is None:
+            self._episodes = ThreadPoolExecutor(1, thread_name_prefix="agentgym-episodes")
+            self._decoder = copy.deepcopy(tokenizer)
+        decoder = self._decoder
+        advantages = record.advantages.detach().cpu() if record.advantages is not None else None
+        path = self.directory / EPISODES / f"step-{record.step:06d}.npz"
+        trajectories, extra = list(record.trajectories), {"step": record.step}
+        max_bytes = int(max_mb * (1 << 20))
+
+        def write() -> None:
+            per_token = None
+            if advantages is not None:
+                rows = zip(advantages.tolist(), trajectories, strict=True)
+                per_token = [token_advantages(r, len(t.tokens)) for r, t in rows]
+            write_episodes(
+                path,
+                trajectories,
+                per_token,
+                token_share=token_share,
+                max_bytes=max_bytes,
+                extra=extra,
+                decode=lambda i: decoder.decode([i]),
+            )
+
+        self._pending.append(self._episodes.submit(write))
+        self._wait(keep=1)
+
+    def _wait(self, keep: int = 0) -> None:
+        """Waits for the episode writes but the newest `keep`; an error one met is raised."""
+        while len(self._pending) > keep:
+            self._pending.pop(0).result()
+
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        if self._episodes is not None:
+            try:
+                self._wait()
+            finally:
+                self._episodes.shutdown()
+                self._episodes = None
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
+
+
+EPISODES = "episodes"
+"""The folder of a run's per-step episode files (`RunLog.episodes`)."""
 
 
 def truncate_logs(directory: Path, step: int) -> None:
     """Drops the records of steps after `step` from metrics.jsonl, completions.jsonl and
-    trained.jsonl: a run resumed from step `step` logs those steps again. Each file is
-    replaced whole."""
+    trained.jsonl, and their episode files: a run resumed from step `step` logs those
+    steps again. Each file is replaced whole."""
+    for path in (Path(directory) / EPISODES).glob("step-*.npz"):
+        if int(path.stem.removeprefix("step-")) > step:
+            path.unlink()
     for name in ("metrics.jsonl", "completions.jsonl", "trained.jsonl"):
         path = Path(directory) / name
         if not path.is_file():
@@ -234,6 +304,7 @@ EARLIER_START = (
     "metrics.jsonl",
     "completions.jsonl",
     "trained.jsonl",
+    EPISODES,
     "sft_metrics.jsonl",
     "sft_long_metrics.jsonl",
     "tb",
@@ -265,6 +336,10 @@ def set_aside(directory: Path) -> Path | None:
         # a link (checkpoint-best) moves as a link: relative ones still resolve in there
         path.rename(folder / path.name)
     return folder
+
+
+def _last_action(t: Trajectory) -> str:
+    return t.turns[-1].action[-500:] if t.turns else ""
 
 
 def _step_of(line: str) -> int | None:

@@ -8,6 +8,7 @@ happened. Rank 0 leads; another torchrun rank only `follow`s (`agentgym.scale.ra
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,13 @@ from agentgym.run.resume import Progress, Trainer, learner_for, restore, resume_
 from agentgym.run.runlog import RunLog, truncate_logs
 from agentgym.run.sft import on_device
 from agentgym.scale import ranks
-from agentgym.scale.samplers import make_sampler, play_share, ranks_sample, sampler_envs
+from agentgym.scale.samplers import (
+    make_sampler,
+    own_copy,
+    play_share,
+    ranks_sample,
+    sampler_envs,
+)
 from agentgym.serve.agents import AgentSampler, agent_options
 from agentgym.types import TaskSpec, Trajectory
 
@@ -118,7 +125,8 @@ class Run:
         if self.state is not None:
             truncate_logs(self.out, self.state.step)
         purge = self.state.step + 1 if self.state else None
-        self.log = RunLog(self.out, tensorboard=run.tensorboard, purge_step=purge)
+        dump = self.config.model_dump(mode="json")
+        self.log = RunLog(self.out, run.report_to, purge_step=purge, config=dump)
         self.envs = sampler_envs(self.config)
         probe = self.envs[0] if self.envs else make_env(run.env, **run.env_kwargs)  # Ray: none
         try:
@@ -161,11 +169,9 @@ class Run:
         self.trainer = Trainer(learner, tokenizer, rng, progress, unsharded=whole)
         agent = agent_options(config)
         if agent is not None:  # an agent program plays, through the endpoint, in this process
-            copies = self.policy.model is not learner.model
-            player = agent.player(self.policy, tokenizer)
-            self.sampler = AgentSampler(
-                player, self.envs, self.policy, tokenizer, copies_weights=copies
-            )
+            policy, copies = own_copy(config, self.policy, tokenizer, learner.model)
+            player = agent.player(policy, tokenizer)
+            self.sampler = AgentSampler(player, self.envs, policy, tokenizer, copies_weights=copies)
         else:
             self.sampler = make_sampler(
                 config,
@@ -176,20 +182,40 @@ class Run:
                 learner.named_weights,
                 learner_model=learner.model,
             )
-        if self.state is not None or whole is not None:
-            self.sampler.load_weights(lambda: ranks.share_weights(learner), progress.step)
         ahead = config.pipeline.max_off_policy_steps
+        kept = read_trainer(resume).get("sampler_weights", {}) if resume and ahead else {}
+        if kept:  # the oldest, that step s + 1 is played with
+            low = min(kept)
+            self.sampler.load_weights(lambda: kept[low], low)
+        elif self.state is not None or whole is not None:
+            self.sampler.load_weights(lambda: ranks.share_weights(learner), progress.step)
         if ahead:
-            if ranks.active():
-                raise ConfigError(
-                    "pipeline.max_off_policy_steps > 0 under torchrun: the learner's ranks "
-                    "step in lockstep with rank 0's sampling; run it in one process"
-                )
-            partial = config.pipeline.partial_rollouts
-            self.sampler = AheadSampler(
-                self.sampler, ahead, first_step=progress.step + 1, partial_rollouts=partial
-            )
+            self.sampler = self._ahead(self.sampler, learner, progress.step, kept)
         return self.trainer
+
+    def _ahead(self, inner: Sampler, learner: Learner, step: int, kept: dict) -> AheadSampler:
+        """The sampler that plays ahead of the learner from step `step + 1`. A resumed
+        run's checkpoint `kept` the weights its steps handed ahead are played with
+        (`AheadSampler.kept`): `inner` holds the oldest; the others are handed over again."""
+        config = self.config
+        if ranks.active():
+            raise ConfigError(
+                "pipeline.max_off_policy_steps > 0 under torchrun: the learner's ranks "
+                "step in lockstep with rank 0's sampling; run it in one process"
+            )
+        newest = lambda: ranks.share_weights(learner)  # noqa: E731
+        ahead = AheadSampler(
+            inner,
+            config.pipeline.max_off_policy_steps,
+            first_step=step + 1,
+            partial_rollouts=config.pipeline.partial_rollouts,
+            start=(lambda: kept[min(kept)]) if kept else newest,
+        )
+        for version in sorted(kept)[1:]:
+            ahead.load_weights(functools.partial(kept.__getitem__, version), version)
+        if kept:
+            ahead.load_weights(newest, step)
+        return ahead
 
     def training(self) -> Trainer:
         """The learner and where GRPO stands (`start_training` made them)."""
@@ -215,7 +241,9 @@ class Run:
 
     def save(self, step: int) -> Path:
         """Writes `checkpoint-{step}` (`Trainer.save`) and prunes to `run.keep_last`."""
-        return self.training().save(step, self.config, self.start_model, self.results)
+        kept = self.sampler.kept(step) if isinstance(self.sampler, AheadSampler) else {}
+        t = self.training()
+        return t.save(step, self.config, self.start_model, self.results, sampler_weights=kept)
 
     def close(self) -> None:
         if self.sampler is not None:

@@ -120,6 +120,20 @@ def sampler_envs(config: Config) -> list[gym.Env]:
     return [make_env(run.env, **run.env_kwargs) for _ in range(g.tasks_per_step * g.group_size)]
 
 
+def own_copy(
+    config: Config, policy: Policy, tokenizer: PreTrainedTokenizerBase, learner_model: object
+) -> tuple[Policy, bool]:
+    """The policy an in-process sampler plays with, and whether it has its own copy of the
+    weights (to refresh after each step): `policy`, or, with asynchronous GRPO, which samples
+    while the learner steps, a transformers policy of a copy of `learner_model` where
+    `policy` samples with the learner's own model."""
+    copies = policy.model is not learner_model
+    if config.pipeline.max_off_policy_steps and not copies:
+        own = cast(PreTrainedModel, copy.deepcopy(learner_model))
+        return HFPolicy(own, tokenizer), True
+    return policy, copies
+
+
 def make_sampler(
     config: Config,
     envs: list[gym.Env],
@@ -140,10 +154,7 @@ def make_sampler(
         return RaySampler(RayRollout(config, start_model, weights()))
     if ranks_sample(config):
         return RankSampler(envs, policy, tokenizer)
-    copies = policy.model is not learner_model
-    if config.pipeline.max_off_policy_steps and not copies:
-        own = cast(PreTrainedModel, copy.deepcopy(learner_model))
-        policy, copies = HFPolicy(own, tokenizer), True
+    policy, copies = own_copy(config, policy, tokenizer, learner_model)
     run = config.run
     return InProcessSampler(
         envs,

@@ -1,0 +1,152 @@
+"""What `agentgym view` shows, read from a run folder or an eval report folder, as JSON
+values the page's script reads (`agentgym.view.page` writes them into the page).
+
+A step (of a run) or a model (of a report) is a list of episodes, each as `episode_view`
+makes it: the figures the list sorts and filters on, the messages, and, where its tokens
+were kept, the ids (`t`), the loss mask as a string of 0 and 1 (`m`), the logprobs rounded
+to 3 places (`l`) and the versions (`v`). Token texts are in one `vocab` (id -> text) for
+the whole page, the union of the files'.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentgym import records
+from agentgym.eval.episode_files import read_episodes
+
+CURVES = (
+    (records.REWARD_MEAN, "reward"),
+    (records.CORRECTNESS_RATE, "correctness"),
+    (records.KL, "KL"),
+    (records.ENTROPY, "entropy"),
+    (records.COMPLETION_LENGTH, "length"),
+    (records.FAILED_FRACTION, "failures"),
+)
+"""The curves a run's page draws: metric name -> label (a metric a run lacks is left out)."""
+
+
+def episode_view(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One episode as the page reads it (see the module's docstring)."""
+    counts = meta.get("counts", {})
+    errors = {
+        k.removeprefix("tool_errors/"): v for k, v in counts.items() if k.startswith("tool_errors/")
+    }
+    parts = meta.get("reward_parts", {})
+    view: dict[str, Any] = {
+        "task": meta["task_id"],
+        "group": meta["group"],
+        "reward": meta["reward"],
+        "parts": parts,
+        "adv": meta.get("advantage"),
+        "correct": (parts.get("correctness") or 0) >= 1,
+        "finish": meta["finish_reason"],
+        "truncated": meta["truncated"],
+        "error": meta.get("error"),
+        "reward_error": meta.get("reward_error"),
+        "unscorable": meta.get("error") is not None or meta.get("reward_error") is not None,
+        "env": meta.get("env"),
+        "category": meta.get("category"),
+        "calls": counts.get("tool_calls", 0),
+        "errors": errors,
+        "prompt": meta["prompt"],
+        "turns": meta["turns"],
+    }
+    if "greedy" in meta:  # an evaluation's: greedy, or its task's sample k
+        view["greedy"], view["sample"] = meta["greedy"], meta.get("sample", 0)
+    span = meta.get("span")
+    if span is not None:
+        start, end = span
+        view["t"] = arrays["tokens"][start:end].tolist()
+        view["m"] = "".join(map(str, arrays["loss_mask"][start:end].tolist()))
+        view["l"] = np.round(arrays["logprobs"][start:end].astype(np.float64), 3).tolist()
+        view["v"] = arrays["versions"][start:end].tolist()
+        view["p"] = meta.get("prompt_length", 0)
+    return view
+
+
+def _episodes(path: Path, vocab: dict[str, str]) -> list[dict[str, Any]]:
+    meta, arrays = read_episodes(path)
+    vocab.update(meta.get("vocab", {}))
+    return [episode_view(e, arrays) for e in meta["episodes"]]
+
+
+def run_view(folder: Path) -> dict[str, Any]:
+    """A run folder's page data: its curves (from metrics.jsonl, health warnings marked)
+    and each step's episodes (from episodes/step-NNNNNN.npz), oldest first, by step."""
+    folder = Path(folder)
+    files = sorted((folder / "episodes").glob("step-*.npz"))
+    metrics = folder / "metrics.jsonl"
+    if not files and not metrics.is_file():
+        raise FileNotFoundError(
+            f"{folder}: neither episodes/step-*.npz nor metrics.jsonl; give a training run's "
+            "folder (run.output) or an eval report's (holding report.json)"
+        )
+    rows = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.is_file() else []
+    vocab: dict[str, str] = {}
+    steps = {int(f.stem.removeprefix("step-")): _episodes(f, vocab) for f in files}
+    return {
+        "kind": "run",
+        "title": folder.resolve().name,
+        "curves": curves(rows),
+        "steps": steps,
+        "vocab": vocab,
+    }
+
+
+def curves(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The steps, each curve's values (None where a row lacks it) and the health warnings
+    (step -> kinds) of metrics.jsonl's rows."""
+    series = {
+        label: [r.get(name) for r in rows]
+        for name, label in CURVES
+        if any(r.get(name) is not None for r in rows)
+    }
+    health = {r["step"]: r["health"] for r in rows if r.get("health")}
+    return {"steps": [r["step"] for r in rows], "series": series, "health": health}
+
+
+def report_view(folder: Path) -> dict[str, Any]:
+    """An eval report folder's page data: per model (and baseline) its episodes, and per
+    task the figures of each (greedy correctness, mean reward) and their difference."""
+    folder = Path(folder)
+    report = json.loads((folder / "report.json").read_text())
+    vocab: dict[str, str] = {}
+    models = {
+        role: _episodes(folder / f"episodes-{role}.npz", vocab)
+        for role in report["tasks"]
+        if (folder / f"episodes-{role}.npz").is_file()
+    }
+    if not models:
+        raise FileNotFoundError(
+            f"{folder}: report.json but no episodes-model.npz; evaluate again with "
+            "--save-episodes all (the default) to keep the episodes"
+        )
+    return {
+        "kind": "eval",
+        "title": folder.resolve().name,
+        "meta": report.get("meta", {}),
+        "tasks": task_rows(report["tasks"]),
+        "models": models,
+        "vocab": vocab,
+    }
+
+
+def task_rows(tasks: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per task, each model's greedy strict correctness and mean reward over its episodes,
+    and, with a baseline, the model's mean reward less the baseline's."""
+    rows = []
+    for i, first in enumerate(tasks["model"]):
+        row: dict[str, Any] = {"task": first["task_id"]}
+        for role, results in tasks.items():
+            r = results[i]
+            rewards = [e["reward"] for e in [r["greedy"], *r["samples"]]]
+            row[role] = {"correct": r["greedy"]["strict"], "reward": sum(rewards) / len(rewards)}
+        if "baseline" in row:
+            row["diff"] = row["model"]["reward"] - row["baseline"]["reward"]
+        rows.append(row)
+    return rows
