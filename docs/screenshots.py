@@ -25,7 +25,7 @@ def agentgym(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "agentgym", *args], check=True)
 
 
-def shoot(page: Path, chromium: str, shots: dict[str, str]) -> None:
+def shoot(page: Path, chromium: str, shots: dict[str, str], out: Path) -> None:
     """Opens `page` and takes each shot: png name -> the episode list row to click first
     ("" for the page as it opens; a row marked correct where there is one)."""
     from playwright.sync_api import sync_playwright
@@ -41,8 +41,8 @@ def shoot(page: Path, chromium: str, shots: dict[str, str]) -> None:
                 (rows if rows.count() else tab.locator("#episodes tr.row")).first.click()
                 tab.locator("#detail .tokens .tok.trained").first.hover()
                 tab.locator("#detail .episode").first.scroll_into_view_if_needed()
-            tab.screenshot(path=str(DOCS / png))
-            print(f"wrote {DOCS / png}")
+            tab.screenshot(path=str(out / png))
+            print(f"wrote {out / png}")
         browser.close()
 
 
@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="a training run's folder (the default run's)")
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--config", type=Path, default=DOCS.parent / "configs" / "tool_call.yaml")
+    parser.add_argument("--out", type=Path, default=DOCS, help="where the PNG files go")
     args = parser.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -65,8 +66,8 @@ def main() -> None:
     agentgym("view", str(args.run), "--output", str(args.run / "view.html"))
     agentgym("view", str(report), "--output", str(report / "view.html"))
     runs = {"viewer-run.png": "", "viewer-episode.png": "#episodes tr.row.correct"}
-    shoot(args.run / "view.html", chromium, runs)
-    shoot(report / "view.html", chromium, {"viewer-eval.png": ""})
+    shoot(args.run / "view.html", chromium, runs, args.out)
+    shoot(report / "view.html", chromium, {"viewer-eval.png": ""}, args.out)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,12 @@
   }
 
   function message(role, content, name) {
+    if (role === "system") {  // long and the same in every episode: folded
+      var folded = el("details", "msg role-system");
+      folded.appendChild(el("summary", "role", "system \u00b7 " + content.length + " characters"));
+      folded.appendChild(el("div", "text", content));
+      return folded;
+    }
     var box = el("div", "msg role-" + role);
     var head = el("div", "role", role + (name ? " \u00b7 " + name : ""));
     box.appendChild(head);
