@@ -128,7 +128,9 @@ def test_eval_on_tiny_random_writes_the_three_report_files_with_the_documented_k
     out = tmp_path / "report"
     argv = ["eval", "--env", "tool_call", *TINY_EVAL, "--baseline", "tiny-random"]
     assert main([*argv, "--output", str(out)]) == 0
-    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "report.png"}
+    report_files = {"report.json", "report.md", "report.png"}
+    episodes = {"episodes-model.npz", "episodes-baseline.npz"}  # eval.save_episodes: all
+    assert {p.name for p in out.iterdir()} == report_files | episodes
     report = json.loads((out / "report.json").read_text())
     assert set(report) == {"meta", "models", "comparisons", "tasks"}
     assert set(report["models"]) == {"model", "baseline"}
