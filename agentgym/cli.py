@@ -205,16 +205,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     check(config, "train")  # every problem, before a model loads
     output = config.run.output
     assert output is not None  # config_from_args names one
-    if not ranks.is_main():  # under torchrun, only rank 0 touches run.output
-        pass
-    elif args.resume == "auto" and checkpoint is None:
+    fresh = checkpoint is None and ranks.is_main()  # under torchrun, rank 0 owns run.output
+    if fresh and args.resume == "auto":
         # a run stopped before its first checkpoint starts afresh; what it wrote is kept
         if (old := set_aside(output)) is not None:
             print(
                 f"--resume auto: no complete checkpoint in {output}; starting afresh, "
                 f"the earlier start's logs and checkpoints moved to {old}"
             )
-    elif checkpoint is None and output is not None and (output / "metrics.jsonl").exists():
+    elif fresh and (output / "metrics.jsonl").exists():
         raise ConfigError(
             f"run.output {str(output)!r} already holds a run (metrics.jsonl); choose a new "
             "--output, or go on from its last checkpoint with --resume auto"
@@ -414,6 +413,7 @@ def run() -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `agentgym` command; returns the exit code."""
     from agentgym.env.core import UnknownEnvError
+    from agentgym.eval.console import console_logging
     from agentgym.policy.models import ModelNotFoundError
     from agentgym.run.interrupt import TrainingError
 
@@ -430,6 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "view": cmd_view,
     }
     try:
+        console_logging()  # the library's messages, above the progress bars
         return commands[args.command](args)
     except (ConfigError, UnknownEnvError, ModelNotFoundError, MissingExtraError) as err:
         print(f"agentgym {args.command}: error: {err}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -164,16 +165,23 @@ def test_a_custom_tool_env_from_a_test_file_trains_one_step(tmp_path):
     assert (out / "checkpoint-000001" / "model.safetensors").is_file()
 
 
-def test_a_health_warning_is_logged_and_can_stop_the_run(tmp_path):
+def test_a_health_warning_is_logged_and_can_stop_the_run(tmp_path, caplog, capsys):
     # a random model never boxes an answer: every group has equal rewards, so after three
     # steps more than half the groups have had zero variance three steps running
     out = tmp_path / "run"
     argv = ["train", "--env", "math", "--model", "tiny-random", "--steps", "6"]
     extra = ["--set", "run.stop_on_health=true", "--set", "sampling.max_new_tokens=8"]
-    assert main([*argv, "--output", str(out), *SMALL, *extra]) == 0
+    with caplog.at_level(logging.INFO, logger="agentgym"):
+        assert main([*argv, "--output", str(out), *SMALL, *extra]) == 0
     rows = _metrics(out)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert "health" not in rows[1] and rows[2]["health"] == ["zero_variance"]
+    said = [(r.name, r.levelname, r.getMessage()[:34]) for r in caplog.records]
+    assert said == [
+        ("agentgym.run.record", "WARNING", "health: step 3: zero_variance: ove"),
+        ("agentgym.run.train", "WARNING", "stopping early: run.stop_on_health"),
+    ]
+    assert "health: step 3: zero_variance" in capsys.readouterr().out  # above the bars
     assert (out / "checkpoint-000003" / "model.safetensors").is_file()
 
 

@@ -1,20 +1,38 @@
-"""What a run shows on the terminal: a progress bar per stage, and report tables."""
+"""What a run shows on the terminal: a progress bar per stage, report tables, and the
+library's log messages, which `agentgym` routes here (`console_logging`).
+
+agentgym's modules say what happens through `logging` (loggers under `agentgym`), never
+with a bare `print`: a program that uses the library silences or routes them as it does
+any library's (`logging.getLogger("agentgym").setLevel(logging.WARNING)`), and the
+command prints them above its progress bars, at the level `AGENTGYM_LOG_LEVEL` names.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from agentgym.config import ConfigError
 from agentgym.eval.report import comparison_lines, table_rows
 from agentgym.records import Report
 
+LEVEL_VARIABLE = "AGENTGYM_LOG_LEVEL"
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
 
 class Stages:
-    """One progress bar per stage of a run (evaluations, SFT, GRPO), on one console."""
+    """One progress bar per stage of a run (evaluations, SFT, GRPO), on one console.
+
+    While the bars are live, log records that `ConsoleHandler` prints go above them.
+    """
+
+    live: ClassVar[Stages | None] = None  # the innermost live one
 
     def __init__(self):
         # Without a live terminal (a log file, a pipe) rich assumes 80 columns; tables need more.
@@ -32,9 +50,11 @@ class Stages:
 
     def __enter__(self) -> Stages:
         self.bar.__enter__()
+        self.outer, Stages.live = Stages.live, self
         return self
 
     def __exit__(self, *exc) -> None:
+        Stages.live = self.outer
         self.bar.__exit__(*exc)
 
     def stage(self, name: str, total: int):
@@ -54,8 +74,46 @@ class Stages:
             seconds = time.perf_counter() - self.started[task]
             self.bar.console.print(f"{self.names[task]}: {text} ({seconds:.0f} s)")
 
-    def print(self, text: str) -> None:
-        self.bar.console.print(text)
+
+class ConsoleHandler(logging.Handler):
+    """Prints log records on the live `Stages` console, above its bars (warnings in
+    yellow, errors in red), or on stderr when no run is live; never as rich markup, as
+    messages quote tool text and model output."""
+
+    STYLES: ClassVar[dict[int, str]] = {logging.WARNING: "yellow", logging.ERROR: "red"}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            live = Stages.live
+            console = live.bar.console if live is not None else Console(stderr=True)
+            style = self.STYLES.get(min(record.levelno, logging.ERROR) // 10 * 10)
+            console.print(text, markup=False, highlight=False, style=style)
+        except Exception:
+            self.handleError(record)
+
+
+def console_logging() -> None:
+    """The command's logging: records of the `agentgym` loggers are printed by one
+    `ConsoleHandler`, from INFO up, or from the level `AGENTGYM_LOG_LEVEL` names; a level
+    a program set on the `agentgym` logger before stays unless the variable is set.
+
+    Raises:
+        ConfigError: the variable names no level.
+    """
+    logger = logging.getLogger("agentgym")
+    if not any(isinstance(h, ConsoleHandler) for h in logger.handlers):
+        logger.addHandler(ConsoleHandler())
+    level = os.environ.get(LEVEL_VARIABLE, "").strip().upper()
+    if level and level not in LEVELS:
+        raise ConfigError(
+            f"{LEVEL_VARIABLE}={os.environ[LEVEL_VARIABLE]!r} is not a level: "
+            f"one of {', '.join(LEVELS)}"
+        )
+    if level:
+        logger.setLevel(level)
+    elif logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
 
 
 def print_report(report: Report, console: Console) -> None:

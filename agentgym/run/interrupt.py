@@ -10,6 +10,7 @@ checkpoint is still there, as every checkpoint is written atomically.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Callable
@@ -22,15 +23,18 @@ __all__ = ["SIGNALS", "StopRequest", "TrainingError"]
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+logger = logging.getLogger(__name__)
+
 
 class StopRequest:
     """Within the block, SIGTERM and SIGINT ask the run to stop after the current step.
 
     Args:
-        say: Prints a line for the user (the run's console).
+        say: Tells the user that the stop is under way (by default, this module's
+            logger at INFO).
     """
 
-    def __init__(self, say: Callable[[str], None] = print):
+    def __init__(self, say: Callable[[str], None] = logger.info):
         self.say = say
         self.requested: str | None = None  # the name of the first signal
         self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
@@ -52,6 +56,6 @@ class StopRequest:
             raise KeyboardInterrupt(f"{name} after {self.requested}: stopping at once")
         self.requested = name
         self.say(
-            f"[bold]{name}[/bold]: finishing this step, then writing a checkpoint "
+            f"{name}: finishing this step, then writing a checkpoint "
             "(press Ctrl-C again to stop at once)"
         )

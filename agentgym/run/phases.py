@@ -5,6 +5,7 @@ closing table (`closing_report`), beside SFT trained for as long (`sft_long`).""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from agentgym.run.resume import load_trainable
 from agentgym.run.setup import Run
 from agentgym.run.sft import long_config, on_device, warm_up
 from agentgym.scale import ranks
+
+logger = logging.getLogger(__name__)
 
 SFT_LONG = "sft-long"
 """The closing table's row of SFT trained on past the warm-up (`sft.long`)."""
@@ -66,10 +69,10 @@ def before_grpo(run: Run, model, tokenizer, stages: Stages, stop: StopRequest):
     return model
 
 
-def say_stopped(stages: Stages, stop: StopRequest, step: int, folder: Path) -> None:
-    stages.print(
-        f"stopped on {stop.requested} after step {step}; checkpoint {folder}. "
-        f"Resume with: agentgym train --resume {folder}"
+def say_stopped(stop: StopRequest, step: int, folder: Path) -> None:
+    logger.info(
+        "stopped on %s after step %d; checkpoint %s. Resume with: agentgym train --resume %s",
+        *(stop.requested, step, folder, folder),
     )
 
 

@@ -8,6 +8,7 @@ GRPO starts from is scored on the same tasks first, as step 0 (`score_start`).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from agentgym.run.health import HealthWarning, check_health
 from agentgym.run.interrupt import TrainingError
 from agentgym.run.runlog import failure_metrics, rollout_metrics
 from agentgym.types import StepRecord
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from agentgym.run.setup import Run
@@ -115,7 +118,7 @@ def record_step(
     p.history.append({"step": step, **metrics})
     warnings = check_health(p.history, beta=config.grpo.beta)
     for w in warnings:
-        stages.print(f"[yellow]health[/yellow] step {step}: {w.kind}: {w.message}")
+        logger.warning("health: step %d: %s: %s", step, w.kind, w.message)
     run.log.metrics(step, metrics, health=[w.kind for w in warnings])
     run.log.completions(step, list(record.trajectories), config.run.log_completions)
     run.log.trained(record, config.grpo.group_size)

@@ -29,6 +29,7 @@ iteration (Anthony et al., 2017) as RAFT (Dong et al., 2023) and ReST-EM (Singh 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Iterator
@@ -56,6 +57,8 @@ from agentgym.run.sft import on_device, sft_optimizer, sft_step
 from agentgym.scale import ranks
 from agentgym.scale.samplers import make_sampler, sampler_envs
 from agentgym.types import StepRecord, Trajectory
+
+logger = logging.getLogger(__name__)
 
 CORRECTNESS = "correctness"
 """The reward part the verifier's verdict is read from: 1.0 is a pass."""
@@ -259,10 +262,10 @@ def rounds(run: RFTRun, log: IO[str], stages: Stages, stop: StopRequest) -> tupl
             why = f"{empty} rounds in a row kept no episode (rft.max_empty_rounds): none passed"
             return number, f"{why} the verifier ({CORRECTNESS!r} >= 1.0)"
         if stop.requested:
-            stages.print(f"stopped on {stop.requested} after round {number}")
+            logger.info("stopped on %s after round %d", stop.requested, number)
             return number, ""
         if r.max_seconds is not None and now - start >= r.max_seconds:
-            stages.print(f"rft: {now - start:.0f} s reached rft.max_seconds after round {number}")
+            logger.info("rft: %.0f s reached rft.max_seconds after round %d", now - start, number)
             return number, ""
     return r.rounds, ""
 
@@ -306,7 +309,7 @@ def rft(config: Config) -> Path:
             with (
                 open(out / "metrics.jsonl", "a") as log,
                 Stages() as stages,
-                StopRequest(stages.print) as stop,
+                StopRequest() as stop,
             ):
                 done, why = rounds(run, log, stages, stop)
         finally:

@@ -11,6 +11,7 @@ the stages around GRPO `agentgym.run.phases`'. This file strings them together.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +37,8 @@ from agentgym.run.setup import Run
 from agentgym.run.sft import on_device
 from agentgym.scale import ranks
 from agentgym.types import StepRecord
+
+logger = logging.getLogger(__name__)
 
 
 def train_step(
@@ -132,20 +135,21 @@ def _lead(config: Config, resume: Path | None) -> Path:
         model, tokenizer = load_configured(run.start_model, config.model)
         model = on_device(model, config)
         run.open(tokenizer)
-        with Stages() as stages, StopRequest(stages.print) as stop:
+        with Stages() as stages, StopRequest() as stop:
             if run.state is None:
                 model = phases.before_grpo(run, model, tokenizer, stages, stop)
                 if model is None:
-                    stages.print(
-                        f"stopped on {stop.requested} before training began: nothing "
-                        "to resume; run the command again"
+                    logger.info(
+                        "stopped on %s before training began: nothing to resume; run "
+                        "the command again",
+                        stop.requested,
                     )
                     return run.out
             else:  # stopped after SFT, before its evaluation: evaluate the SFT model now
                 phases.owed_sft_evaluation(run, model, tokenizer, stages)
             run.start_training(model, tokenizer, resume)
             if stop.requested and run.state is None:  # SFT done, GRPO not begun: step 0
-                phases.say_stopped(stages, stop, 0, run.save(0))
+                phases.say_stopped(stop, 0, run.save(0))
                 return run.out
             if not _grpo(run, stages, stop):
                 return run.out
@@ -185,8 +189,8 @@ def _grpo(run: Run, stages: Stages, stop: StopRequest) -> bool:
         if levels is not None:  # logged at the level trained on, then moved on from it
             metrics[records.CURRICULUM_LEVEL] = levels.level
             if levels.update(float(metrics[records.CORRECTNESS_RATE])):
-                stages.print(
-                    f"curriculum: step {step} reached the threshold; level {levels.level} next"
+                logger.info(
+                    "curriculum: step %d reached the threshold; level %d next", step, levels.level
                 )
         warnings = record_step(run, stages, record, metrics)
         faults.reached("step_end", step)
@@ -200,10 +204,10 @@ def _grpo(run: Run, stages: Stages, stop: StopRequest) -> bool:
         stages.note(task, f"step {step}: {step_note(metrics)}")
         if stopping:
             assert folder is not None  # saved above
-            phases.say_stopped(stages, stop, step, folder)
+            phases.say_stopped(stop, step, folder)
             return False
         if halt:
-            stages.print("stopping early: run.stop_on_health is set")
+            logger.warning("stopping early: run.stop_on_health is set")
             break
     best_note = f", best held-out step {p.best_step}" if p.best_step is not None else ""
     stages.note(task, f"{len(p.history)} steps{best_note}", done=True)

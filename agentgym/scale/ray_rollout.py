@@ -52,10 +52,10 @@ a `TrainingError` naming the worker and its actor, rather than stalling it for e
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, cast
@@ -76,6 +76,8 @@ from agentgym.sync.collective import (
 )
 from agentgym.sync.object_store import ObjectStore
 from agentgym.types import TrainingError, Trajectory
+
+logger = logging.getLogger(__name__)
 
 UNAVAILABLE_WAIT_S = 60.0
 """How long a worker may stay unreachable (neither answering nor reported dead)."""
@@ -208,10 +210,10 @@ class RayRollout:
         except (RuntimeError, self._ray.exceptions.RayError) as err:
             self._drop_group()
             self.collective_failures += 1
-            warnings.warn(
-                f"collective weight sync failed ({err}); this sync goes through Ray's "
-                "object store, the next forms a new group",
-                stacklevel=2,
+            logger.warning(
+                "collective weight sync failed (%s); this sync goes through Ray's object "
+                "store, the next forms a new group",
+                err,
             )
             self._sync_store()
             return f"{self._store.name} (collective failed)"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import logging
 import signal
-import sys
 import threading
 
 from agentgym.config import Config, ConfigError
@@ -13,6 +13,8 @@ from agentgym.serve.app import Server, create_app, is_loopback
 from agentgym.serve.engine import Engine
 from agentgym.serve.service import ChatService
 
+logger = logging.getLogger(__name__)
+
 
 def check_host(host: str, api_key: str | None) -> None:
     """Refuses an empty host; warns when a host other than loopback has no API key (the
@@ -20,10 +22,10 @@ def check_host(host: str, api_key: str | None) -> None:
     if not host:
         raise ConfigError("--host is empty; give 127.0.0.1 (the default) or an address")
     if not is_loopback(host) and api_key is None:
-        print(
-            f"agentgym serve: warning: listening on {host} without --api-key: anyone who "
-            "can reach this port can use the model",
-            file=sys.stderr,
+        logger.warning(
+            "agentgym serve: listening on %s without --api-key: anyone who can reach this "
+            "port can use the model",
+            host,
         )
 
 
