@@ -1,5 +1,6 @@
 """Boxed-answer extraction, math equivalence, the tutorial's rewards, and composition."""
 
+import logging
 import threading
 
 import pytest
@@ -87,6 +88,22 @@ def test_answers_equal_works_off_the_main_thread():
     worker.start()
     worker.join(timeout=30)
     assert results == [True]
+
+
+def test_math_verify_s_timeout_off_warning_is_not_shown(monkeypatch, caplog):
+    # off the main thread its alarm is off on purpose (`_bounded` stands in); its once-per-
+    # process warning would tell every user to "provide the logic" themselves
+    import math_verify.grader
+    import math_verify.parser
+
+    monkeypatch.setattr(math_verify.parser, "TIMEOUT_WARNING_SHOWN", False)
+    monkeypatch.setattr(math_verify.grader, "TIMEOUT_WARNING_SHOWN", False)
+    results = []
+    worker = threading.Thread(target=lambda: results.append(answers_equal("0.125", "1/8")))
+    with caplog.at_level(logging.WARNING):
+        worker.start()
+        worker.join(timeout=30)
+    assert results == [True] and caplog.records == []
 
 
 @pytest.mark.parametrize(

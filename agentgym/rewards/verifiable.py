@@ -12,13 +12,16 @@ on the main thread; elsewhere we pass `timeout=None` and instead refuse, before
 comparing, answers whose evaluation could explode (see `_bounded`). math-verify
 itself (with `raise_on_error=False`, its default) turns unparseable input into
 an empty parse and a False comparison, so nothing here catches exceptions: an
-exception from a reward is a bug and propagates.
+exception from a reward is a bug and propagates. Its warning that the timeout is off
+("you must provide the logic for timeout interruption yourself") is that logic's very
+case, so a filter on its loggers drops that one message.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import re
 import threading
@@ -41,6 +44,17 @@ _TIMEOUT_S = 2  # math-verify's signal alarm, in whole seconds; only on the main
 _MAX_ANSWER_CHARS = 1000  # longer "answers" are not answers; never parsed
 _MAX_DIGITS = 10_000  # bound on the digits of a power in a predicted answer
 _MAX_FACTORIAL_ARG = 10_000
+
+
+class _TimeoutOffNotice(logging.Filter):
+    """Drops math-verify's warning that its timeout is off: `_bounded` is what stands in."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_TimeoutOffNotice())
 
 
 def _on_main_thread() -> bool:
