@@ -53,9 +53,10 @@ def test_the_command_prints_info_and_up_above_a_live_progress_bar(package_logger
     out = capsys.readouterr().out
     assert "curriculum: step 2 [b]x[/b]" in out  # not read as rich markup
     assert "not shown" not in out
-    logging.getLogger("agentgym.run.record").warning("health: step 3: zero_variance")
-    captured = capsys.readouterr()  # no run live: stderr
-    assert "health: step 3: zero_variance" in captured.err and captured.out == ""
+    long = "health: step 3: zero_variance: " + "over half the groups " * 20
+    logging.getLogger("agentgym.run.record").warning(long)
+    captured = capsys.readouterr()  # no run live: stderr, on one line
+    assert captured.err == long + "\n" and captured.out == ""
 
 
 @pytest.mark.parametrize("level, shown", [("warning", ["b"]), ("ERROR", []), ("debug", ["a", "b"])])

@@ -78,7 +78,8 @@ class Stages:
 class ConsoleHandler(logging.Handler):
     """Prints log records on the live `Stages` console, above its bars (warnings in
     yellow, errors in red), or on stderr when no run is live; never as rich markup, as
-    messages quote tool text and model output."""
+    messages quote tool text and model output, and one record a line, not wrapped at the
+    console's width (a log file is read with grep)."""
 
     STYLES: ClassVar[dict[int, str]] = {logging.WARNING: "yellow", logging.ERROR: "red"}
 
@@ -88,7 +89,7 @@ class ConsoleHandler(logging.Handler):
             live = Stages.live
             console = live.bar.console if live is not None else Console(stderr=True)
             style = self.STYLES.get(min(record.levelno, logging.ERROR) // 10 * 10)
-            console.print(text, markup=False, highlight=False, style=style)
+            console.print(text, markup=False, highlight=False, style=style, soft_wrap=True)
         except Exception:
             self.handleError(record)
 
