@@ -81,14 +81,15 @@ class ConsoleHandler(logging.Handler):
     messages quote tool text and model output, and one record a line, not wrapped at the
     console's width (a log file is read with grep)."""
 
-    STYLES: ClassVar[dict[int, str]] = {logging.WARNING: "yellow", logging.ERROR: "red"}
-
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = self.format(record)
             live = Stages.live
             console = live.bar.console if live is not None else Console(stderr=True)
-            style = self.STYLES.get(min(record.levelno, logging.ERROR) // 10 * 10)
+            level = record.levelno
+            style = (
+                "red" if level >= logging.ERROR else "yellow" if level >= logging.WARNING else None
+            )
             console.print(text, markup=False, highlight=False, style=style, soft_wrap=True)
         except Exception:
             self.handleError(record)

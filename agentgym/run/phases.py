@@ -72,7 +72,10 @@ def before_grpo(run: Run, model, tokenizer, stages: Stages, stop: StopRequest):
 def say_stopped(stop: StopRequest, step: int, folder: Path) -> None:
     logger.info(
         "stopped on %s after step %d; checkpoint %s. Resume with: agentgym train --resume %s",
-        *(stop.requested, step, folder, folder),
+        stop.requested,
+        step,
+        folder,
+        folder,
     )
 
 
