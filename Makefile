@@ -73,7 +73,7 @@ test: lint sandbox-engines test-vllm
 
 # The vLLM backend's tests, in .venv-vllm (in .venv they skip: vLLM is not installed there).
 test-vllm: $(STAMP_VLLM)
-	$(BIN_VLLM)/pytest -q -rs tests/test_vllm.py tests/test_vllm_ray.py
+	$(BIN_VLLM)/pytest -q -rs tests/test_vllm.py tests/test_vllm_ray.py tests/test_vllm_async.py
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -rs -m "not slow"

@@ -216,10 +216,13 @@ def test_async_where_it_cannot_be_played_is_refused_naming_the_option():
     with pytest.raises(ValueError, match="pipeline.partial_rollouts with run.agent"):
         Config.model_validate({"pipeline": partial, "run": {"agent": "a:b"}})
     Config.model_validate({"pipeline": {"max_off_policy_steps": 1}, "run": {"agent": "a:b"}})
-    with pytest.raises(ValueError, match="policy.backend 'vllm' in this process"):
-        Config.model_validate(
-            {"pipeline": {"max_off_policy_steps": 1}, "policy": {"backend": "vllm"}}
-        )
+    vllm = {"backend": "vllm", "enable_sleep_mode": True}
+    with pytest.raises(ValueError, match="policy.enable_sleep_mode with pipeline.max_off"):
+        Config.model_validate({"pipeline": {"max_off_policy_steps": 1}, "policy": vllm})
+    vllm["enable_sleep_mode"] = False
+    Config.model_validate({"pipeline": {"max_off_policy_steps": 1}, "policy": vllm})
+    with pytest.raises(ValueError, match="partial_rollouts with policy.backend 'vllm'"):
+        Config.model_validate({"pipeline": partial, "policy": vllm})
     with pytest.raises(ValueError, match="greater than or equal to 0"):
         Config.model_validate({"pipeline": {"max_off_policy_steps": -1}})
 
@@ -390,3 +393,51 @@ def test_partial_rollouts_are_refused_where_they_cannot_be_played():
                 "distributed": {"backend": "ray"},
             }
         )
+
+
+def _play_around_evaluations(evaluate: bool) -> list[tuple]:
+    """Three steps played ahead (k = 1): step 1 and 2 with version 0, step 3 with version
+    1; with `evaluate`, before step 2 and before step 3 an evaluation holds the thread and
+    loads other weights (zeros) into the sampler's own policy, as one with a vLLM engine in
+    this process does."""
+    model, tokenizer = load_model_and_tokenizer("tiny-random")
+    trainable = [(n, p.detach().clone()) for n, p in model.named_parameters()]
+    torch.manual_seed(0)
+    version_1 = [(n, p + 0.5 * torch.randn_like(p)) for n, p in trainable]
+    zeros = [(n, torch.zeros_like(p)) for n, p in trainable]
+    own = HFPolicy(copy.deepcopy(model), tokenizer)
+    envs = [GatedTwoTurnEnv() for _ in range(4)]
+    inner = InProcessSampler(envs, own, tokenizer, copies_weights=True)
+    sampler = AheadSampler(inner, 1, start=lambda: trainable)
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=5)
+    played = []
+    try:
+        sampler.submit([TaskSpec(seed=1), TaskSpec(seed=2)], 2, params)
+        played += sampler.poll(wait=True)
+        for step, seeds in ((2, (3, 4)), (3, (5, 6))):
+            if step == 3:
+                sampler.load_weights(lambda: version_1, 1)
+            specs = [TaskSpec(seed=s) for s in seeds]
+            if not evaluate:
+                sampler.submit(specs, 2, params)
+            else:
+                with sampler.paused():
+                    sampler.policy.load_weights(zeros)
+                    sampler.submit(specs, 2, params)
+                    time.sleep(0.5)  # a thread that ignored the pause would have begun
+                    assert sampler.poll(wait=False) == []
+                    assert sampler.version == 0  # the weights of version 1 are not in yet
+            played += sampler.poll(wait=True)
+    finally:
+        sampler.close()
+    return [(t.task_id, t.tokens, t.logprobs, t.token_versions) for t in played]
+
+
+def test_an_evaluation_holds_the_thread_and_the_sampler_plays_on_as_without_it():
+    """`AheadSampler.paused`: the thread starts nothing while an evaluation uses its policy,
+    and the block's end puts back the weights the next step is played with, from those
+    kept (version 0, before step 2) or those handed over (version 1, before step 3)."""
+    without = _play_around_evaluations(evaluate=False)
+    assert [v for *_, versions in without for v in versions if v >= 0] != []
+    assert sorted({v for *_, vs in without[8:] for v in vs if v >= 0}) == [1]
+    assert _play_around_evaluations(evaluate=True) == without

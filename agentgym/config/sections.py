@@ -419,11 +419,16 @@ class Config(Section):
                 "pipeline.partial_rollouts with run.agent: an agent program's turns go through "
                 "the endpoint, which takes new weights between episodes, not between turns"
             )
-        if self.policy.backend == "vllm" and self.distributed.backend == "none":
+        if self.pipeline.partial_rollouts and self.policy.backend == "vllm":
             raise ValueError(
-                "pipeline.max_off_policy_steps > 0 with policy.backend 'vllm' in this process: "
-                "the engine would sample and evaluate at once; use distributed.backend 'ray' "
-                "(each worker its own engine) or policy.backend 'hf'"
+                "pipeline.partial_rollouts with policy.backend 'vllm': weights loaded between "
+                "turns are played by the transformers sampler only; use policy.backend 'hf'"
+            )
+        if self.policy.enable_sleep_mode and self.distributed.backend == "none":
+            raise ValueError(
+                "policy.enable_sleep_mode with pipeline.max_off_policy_steps > 0: the engine "
+                "samples while the learner steps, so its memory cannot be freed then; "
+                "set policy.enable_sleep_mode=false, or play on Ray workers"
             )
         return self
 

@@ -23,6 +23,11 @@ first of them); a resumed run puts them back (`agentgym.run.setup`), so the step
 are played with the very weights the uninterrupted run played them with, and the run goes
 on bitwise. That costs up to k copies of the trained weights (adapters, with LoRA).
 
+An evaluation that uses the wrapped sampler's own policy (an in-process vLLM engine, which
+holds one set of weights) holds the thread between two submissions (`paused`): it puts the
+learner's weights in, evaluates, and the block's end puts back the weights the next
+submission is to be played with (from those kept), as the thread would have before it.
+
 `stale_groups` is the check the loop makes before training a batch: groups whose oldest
 sampled token is more than k versions behind are dropped and counted
 (`async/dropped_groups`); under the rule above none is, but a sampler that plays by other
@@ -31,10 +36,11 @@ rules (or a resumed run's replay) is held to it all the same.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -99,6 +105,7 @@ class AheadSampler:
         self._first = inner.version
         self._kept: dict[int, Weights] = {} if start is None else {self._first: _copy(start)}
         self._closed = False
+        self._paused = self._busy = False
         self._thread = threading.Thread(target=self._work, name="agentgym-sampler", daemon=True)
         self._thread.start()
 
@@ -167,6 +174,30 @@ class AheadSampler:
         assert not missing, f"versions {missing} were not kept"  # handed over in order
         return {v: self._kept[v] for v in wanted}
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Holds the thread for the block: it finishes the submission it plays and starts no
+        other. The block may load any weights into the wrapped sampler's policy; its end puts
+        back those the next submission is to be played with (kept: `start` was given),
+        unless they are yet to be handed over (the thread loads them then)."""
+        with self._cond:
+            assert not self._paused, "paused() does not nest"
+            self._paused = True
+            self._cond.wait_for(lambda: not self._busy)
+        try:
+            yield
+        finally:
+            with self._cond:
+                step = self._todo[0].step if self._todo else self._next_step
+                version = self._version_for(step)
+                weights = self._take(version) or self._kept.get(version)
+                if weights is not None:
+                    self.inner.load_weights(_source(weights), version)
+                elif version == self.inner.version:  # not handed over yet: loaded when it is
+                    raise RuntimeError(f"the weights of version {version} were not kept")
+                self._paused = False
+                self._cond.notify_all()
+
     def close(self) -> None:
         """Stops the thread after the submission it is playing, then closes the wrapped one."""
         with self._cond:
@@ -178,10 +209,10 @@ class AheadSampler:
     def _work(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._closed or self._ready())
+                self._cond.wait_for(lambda: self._closed or (not self._paused and self._ready()))
                 if self._closed:
                     return
-                job = self._todo[0]
+                job, self._busy = self._todo[0], True
                 self._playing = job.step
                 version = self._version_for(job.step)
                 weights = self._take(version)
@@ -196,6 +227,7 @@ class AheadSampler:
             with self._cond:
                 self._todo.popleft()
                 self._done.append(result)
+                self._busy = False
                 self._cond.notify_all()
 
     def _turn_version(self) -> int:

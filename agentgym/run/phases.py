@@ -82,13 +82,14 @@ def say_stopped(stop: StopRequest, step: int, folder: Path) -> None:
 def closing_report(run: Run, report_set: HeldOut, stages: Stages) -> None:
     """Evaluates the best checkpoint (or the last weights) and writes the closing table."""
     config, results, out, t = run.config, run.results, run.out, run.training()
-    name, policy = "grpo", run.fresh_policy()  # the last weights, unless a best step is kept
-    if t.progress.best_step is not None:
-        load_trainable(t.model, out / BEST)
-        if policy.model is not t.model:  # a copy of its own (vLLM): the best weights go in
-            policy.load_weights(ranks.share_weights(t.learner))
-        name = f"best@{t.progress.best_step}"
-    results[name] = evaluate(report_set, policy, stages, "eval best", config.run.seed)
+    name = "grpo"  # the last weights, unless a best step is kept
+    with run.evaluating() as policy:
+        if t.progress.best_step is not None:
+            load_trainable(t.model, out / BEST)
+            if policy.model is not t.model:  # a copy of its own (vLLM): the best weights go in
+                policy.load_weights(ranks.share_weights(t.learner))
+            name = f"best@{t.progress.best_step}"
+        results[name] = evaluate(report_set, policy, stages, "eval best", config.run.seed)
     pairs = [(b, a) for a, b in zip(results, list(results)[1:], strict=False)]
     if len(results) == 3:
         pairs.append((name, "start"))

@@ -79,8 +79,8 @@ def evaluate(
 def selection_figures(run: Run, stages: Stages, step: int) -> dict[str, float]:
     """The run's policy's figures on the selection tasks now, as step metrics."""
     assert run.selection is not None  # made before GRPO when eval.every is set
-    policy = run.fresh_policy()
-    results = evaluate(run.selection, policy, stages, f"eval step {step}", run.config.run.seed)
+    with run.evaluating() as policy:
+        results = evaluate(run.selection, policy, stages, f"eval step {step}", run.config.run.seed)
     figures = summarize(results)
     row = {key: getattr(figures.greedy, v) for key, v in EVAL_METRICS.items()}
     if figures.sampled is not None:

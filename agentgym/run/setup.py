@@ -8,8 +8,10 @@ happened. Rank 0 leads; another torchrun rank only `follow`s (`agentgym.scale.ra
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,6 +240,20 @@ class Run:
             self.policy.load_weights(ranks.share_weights(t.learner))
             self.policy_version = t.progress.step
         return self.policy
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[Policy]:
+        """The run's policy holding the learner's weights, for an evaluation in the block.
+        Where the sampler plays ahead with that very policy (a vLLM engine in this process,
+        asynchronous GRPO), its thread is held for the block (`AheadSampler.paused`), which
+        then puts back the weights it plays with."""
+        ahead = self.sampler if isinstance(self.sampler, AheadSampler) else None
+        if ahead is None or ahead.policy is None or ahead.policy is not self.policy:
+            yield self.fresh_policy()
+            return
+        with ahead.paused():
+            ahead.policy.load_weights(ranks.share_weights(self.training().learner))
+            yield ahead.policy
 
     def save(self, step: int) -> Path:
         """Writes `checkpoint-{step}` (`Trainer.save`) and prunes to `run.keep_last`."""
