@@ -296,6 +296,15 @@ sabotage "a partial rollout loading adapters into a merged model" agentgym/rollo
     "        if False:  # between two turns: the old adapters out, the new ones in" \
     tests/test_async.py::test_partial_rollouts_take_new_weights_between_turns_recomputing_the_cache
 
+sabotage "an evaluation leaving its weights in the sampler's policy" agentgym/rollout/ahead.py \
+    "                if weights is not None:
+                    self.inner.load_weights(_source(weights), version)
+                elif" \
+    "                if weights is not None:
+                    pass
+                elif" \
+    tests/test_async.py::test_an_evaluation_holds_the_thread_and_the_sampler_plays_on_as_without_it
+
 sabotage "async GRPO clipping around the sampler's stale logprobs (no decoupled objective)" \
     agentgym/learn/update.py \
     '    if config.policy.backend == "vllm" or config.pipeline.max_off_policy_steps:' \

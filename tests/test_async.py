@@ -427,6 +427,7 @@ def _play_around_evaluations(evaluate: bool) -> list[tuple]:
                     time.sleep(0.5)  # a thread that ignored the pause would have begun
                     assert sampler.poll(wait=False) == []
                     assert sampler.version == 0  # the weights of version 1 are not in yet
+                assert sampler.version == step - 2  # put in by the block's end (step 3)
             played += sampler.poll(wait=True)
     finally:
         sampler.close()
