@@ -135,6 +135,7 @@ def steps_per_minute(args) -> float:
     synchronous side, the share of a step spent playing episodes; returns async / sync."""
     rates: dict[int, list[float]] = {0: [], 1: []}
     rollout_share: list[float] = []
+    formatted: list[float] = []  # Code-v0: the share of episodes with a code block to run
     for r in range(args.rounds):
         for k in (0, 1) if r % 2 == 0 else (1, 0):
             with tempfile.TemporaryDirectory() as out:
@@ -145,11 +146,15 @@ def steps_per_minute(args) -> float:
             rates[k].append(60 * len(rows) / seconds)
             if k == 0:
                 rollout_share.append(sum(row["rollout_seconds"] for row in rows) / seconds)
+            formatted += [row["format_accuracy"] for row in rows if "format_accuracy" in row]
     print(
         f"training on {args.train_env} ({args.model}): {args.train} steps a run, {args.tasks} x "
         f"G={args.group}, {args.rounds} rounds; sync steps spend "
         f"{statistics.mean(rollout_share):.0%} of their time playing episodes"
     )
+    if formatted:
+        print(f"  episodes with a well-formed answer (format_accuracy): "
+              f"{statistics.mean(formatted):.0%}")  # fmt: skip
     for k, label in ((0, "sync"), (1, "async k=1")):
         print(f"  {label:<10} {statistics.mean(rates[k]):7.1f} steps/min")
     ratio = statistics.mean(rates[1]) / statistics.mean(rates[0])
