@@ -146,7 +146,9 @@ def steps_per_minute(args) -> float:
             rates[k].append(60 * len(rows) / seconds)
             if k == 0:
                 rollout_share.append(sum(row["rollout_seconds"] for row in rows) / seconds)
-            formatted += [row["format_accuracy"] for row in rows if "format_accuracy" in row]
+            formatted += [
+                r["format_accuracy"] for r in rows if r.get("format_accuracy") is not None
+            ]
     print(
         f"training on {args.train_env} ({args.model}): {args.train} steps a run, {args.tasks} x "
         f"G={args.group}, {args.rounds} rounds; sync steps spend "
