@@ -108,8 +108,21 @@ def test_older_steps_load_from_side_files_over_file_urls(run, browser, tmp_path)
     assert '"file":"page-data/step-000001.js"' in inline
 
 
-def test_the_filter_and_the_sort_act_on_the_list(run, browser):
-    tab, errors = _open(browser, _view(run))
+def _vary_format_parts(run: Path, folder: Path) -> Path:
+    """A copy of `run` whose last step's episodes have reward parts that differ (format
+    0.3, -0.2, 0.1, -0.1 in that order): tiny-random's are all alike."""
+    shutil.copytree(run, folder)
+    path = folder / "episodes" / "step-000003.npz"
+    meta, arrays = read_episodes(path)
+    for episode, value in zip(meta["episodes"], (0.3, -0.2, 0.1, -0.1), strict=True):
+        episode["reward_parts"]["format"] = value
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez_compressed(path, allow_pickle=False, **arrays)
+    return folder
+
+
+def test_the_filter_and_the_sort_act_on_the_list(run, browser, tmp_path):
+    tab, errors = _open(browser, _view(_vary_format_parts(run, tmp_path / "run")))
     meta, _ = read_episodes(run / "episodes" / "step-000003.npz")
     correct = sum((e["reward_parts"].get("correctness") or 0) >= 1 for e in meta["episodes"])
     tab.select_option("#filter", "correct")
@@ -125,6 +138,13 @@ def test_the_filter_and_the_sort_act_on_the_list(run, browser):
         for row in tab.locator("#episodes tr.row").all()
     ]
     assert values == sorted(values, reverse=True) and len(values) == 4
+    column = [th.inner_text() for th in tab.locator("#episodes th").all()].index("reward parts")
+    for order in ("ascending", "descending"):  # text columns sort by their text
+        tab.locator("#episodes th[data-key='parts']").click()
+        rows = tab.locator("#episodes tr.row").all()
+        texts = [row.locator("td").nth(column).inner_text() for row in rows]
+        assert texts == sorted(texts, reverse=order == "descending"), texts
+    assert len(set(texts)) == 4  # they differ: each order moved them
     assert errors == []
 
 
@@ -135,6 +155,9 @@ def test_an_eval_with_a_baseline_shows_both_models_side_by_side(run, browser, tm
     assert main([*argv, "--set", "sampling.max_new_tokens=16"]) == 0
     tab, errors = _open(browser, _view(report))
     assert tab.locator("#tasks tr.row").count() == 3
+    heads = [th.inner_text() for th in tab.locator("#tasks th").all()]
+    assert heads[1:3] == ["model correct (greedy)", "model mean reward"]  # what each is over
+    assert heads[-1] == "mean reward difference"
     assert tab.locator("#compare .side.model .episode").count() == 1
     assert tab.locator("#compare .side.baseline .episode").count() == 1
     tab.locator("#compare select").select_option(label="sample 1")
@@ -172,6 +195,8 @@ def test_the_curves_mark_the_steps_with_health_warnings():
     svg = curves_svg(figures)
     assert svg.count("<svg") == 1 and svg.count('class="warn"') == 1
     assert "step 2: reward_collapse" in svg
+    assert "a step with a health warning" in svg  # the legend says what the line is
+    assert "health warning" not in curves_svg(curves(rows[:1]))  # no warning, no legend
 
 
 def test_page_data_cannot_close_its_script_element():

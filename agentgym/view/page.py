@@ -114,7 +114,7 @@ def _vocab_of(episodes: list[dict[str, Any]], vocab: dict[str, str]) -> dict[str
 
 def curves_svg(curves: dict[str, Any], width: int = 260, height: int = 110) -> str:
     """One small SVG chart per curve: its values over the steps, the steps with a health
-    warning marked by a red line (with the warnings as its tooltip)."""
+    warning marked by a red line (with the warnings as its tooltip), said in a legend."""
     steps, charts = curves["steps"], []
     health = {int(k): v for k, v in curves["health"].items()}
     if not steps:
@@ -149,6 +149,11 @@ def curves_svg(curves: dict[str, Any], width: int = 260, height: int = 110) -> s
             f'<text x="8" y="{height - 4}">step {low_step}</text>'
             f'<text x="{width - 8}" y="{height - 4}" text-anchor="end">{high_step}</text>'
             f'<text x="{width - 8}" y="13" text-anchor="end">{high:.3g} / {low:.3g}</text></svg>'
+        )
+    if health and charts:
+        charts.append(
+            '<p class="legend"><span class="warn-key"></span>a step with a health warning '
+            "(hover the line for its kind; the run's log says more)</p>"
         )
     return "".join(charts)
 

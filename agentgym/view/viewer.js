@@ -150,6 +150,7 @@
   function sortValue(e, key) {
     if (key === "turns") return e.turns.length;
     if (key === "errs") return errorCount(e);
+    if (key === "parts" || key === "flags") return cell(e, key);  // text: equal rows group
     var v = e[key];
     return v === null || v === undefined ? -Infinity : v;
   }
@@ -268,8 +269,10 @@
     var table = $("tasks");
     var head = el("tr");
     var cols = ["task"];
-    roles.forEach(function (r) { cols.push(r + " correct", r + " reward"); });
-    if (roles.length > 1) cols.push("difference");
+    // correct: the greedy episode's strict correctness; reward: the mean over the greedy
+    // episode and the samples, as the difference is
+    roles.forEach(function (r) { cols.push(r + " correct (greedy)", r + " mean reward"); });
+    if (roles.length > 1) cols.push("mean reward difference");
     cols.forEach(function (c) { head.appendChild(el("th", null, c)); });
     table.appendChild(head);
     AG.tasks.forEach(function (row) {
