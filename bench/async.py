@@ -28,6 +28,8 @@ for a seed), and whether the mean training reward of the async runs' last 20 ste
 inside the 95 % interval (Student t, 2 degrees of freedom) of the sync runs'.
 
     .venv/bin/python bench/async.py --envs none --train 8 --model tiny-random
+    .venv/bin/python bench/async.py --envs none --train 6 --model tiny-random,embedded \
+        --train-env bench_async/Latency-v0,agentgym/Code-v0 --latency-ms 5000
     .venv/bin/python bench/async.py --envs none --learning 60
 """
 
@@ -208,8 +210,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--train", type=int, default=0, help="GRPO steps a training run")
-    parser.add_argument("--model", default="tiny-random", help="for --train")
-    parser.add_argument("--train-env", default="bench_async/Latency-v0", help="for --train")
+    parser.add_argument("--model", default="tiny-random", help="for --train (a,b: each)")
+    parser.add_argument(
+        "--train-env", default="bench_async/Latency-v0", help="for --train (a,b: each)"
+    )
     parser.add_argument(
         "--set",
         dest="extra",
@@ -228,8 +232,15 @@ def main() -> None:
     if args.train or args.learning:
         gym.register("bench_async/Latency-v0", entry_point=LatencyEnv, kwargs={
             "latency_s": args.latency_ms / 1000, "turns": args.turns})  # fmt: skip
-    if args.train:
-        steps_per_minute(args)
+    if args.train:  # every model on every env, side by side in this run
+        ratios = {}
+        for model in args.model.split(","):
+            for env in args.train_env.split(","):
+                one = argparse.Namespace(**{**vars(args), "model": model, "train_env": env})
+                ratios[env, model] = steps_per_minute(one)
+        print("async / sync, steps per minute:")
+        for (env, model), ratio in ratios.items():
+            print(f"  {env:<28} {model:<12} {ratio:.2f}x")
     if args.learning:
         learning(args)
 
