@@ -10,7 +10,8 @@
 #   2. tests/test_gpu.py on the device: train, sft and eval placed there with their dtype,
 #      a bf16 learner gradient within 5e-2 (relative L2) of fp32, DistributedDataParallel on it (two ranks
 #      sharing the one GPU through gloo), packed rows on its attention kernels;
-#   3. tests/test_vllm.py (the in-memory weight handover among them), where vLLM imports;
+#   3. tests/test_vllm.py (the in-memory weight handover among them) and tests/test_vllm_async.py
+#      (async GRPO on the in-process engine), where vLLM imports;
 #   4. bench/learner.py: padded vs packed vs TRL's GRPOTrainer, one optimizer step;
 #   5. bench/rollout.py: agentgym's batched rollout vs the tutorial's loop (and vLLM).
 # Everything goes to $OUT (default gpu_check_out/): one log per step and summary.txt.
@@ -86,7 +87,7 @@ print('torch', torch.__version__, 'cuda', cuda,
       'vllm', importlib.util.find_spec('vllm') is not None)"
 step gpu_tests "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py
 if "$PY" -c "import vllm" 2>/dev/null; then
-  step vllm_tests "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_vllm.py
+  step vllm_tests "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_vllm.py tests/test_vllm_async.py
 else
   echo "== vllm_tests: skipped (vLLM does not import with $PY)" | tee -a "$SUMMARY"
 fi
