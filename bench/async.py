@@ -146,6 +146,8 @@ def steps_per_minute(args) -> float:
                 rows = [json.loads(x) for x in lines]
             seconds = sum(row["step_seconds"] for row in rows)
             rates[k].append(60 * len(rows) / seconds)
+            steps = " ".join(f"{row['step_seconds']:.1f}" for row in rows)
+            print(f"  round {r + 1}, k={k}: {rates[k][-1]:.2f} steps/min; step seconds {steps}")
             if k == 0:
                 rollout_share.append(sum(row["rollout_seconds"] for row in rows) / seconds)
             formatted += [
