@@ -56,12 +56,31 @@ from agentgym.types import Message
 PROGRAM = "```python\ndef solve(*args, **kwargs):\n    return 0\n```"
 
 
-class LatencyEnv(AgentEnv):
-    """Three turns; each `step` waits `latency_s` as a remote tool would, then answers."""
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "amber",
+    "cobalt",
+    "north",
+    "river",
+    "stone",
+    "field",
+    "ledger",
+    "entry",
+]
 
-    def __init__(self, latency_s: float = 0.2, turns: int = 3, **kwargs):
+
+class LatencyEnv(AgentEnv):
+    """Three turns; each `step` waits `latency_s` as a remote tool would, then answers.
+    `document_words` > 0 puts a record of that many words in the prompt (long observations,
+    short actions: the learner's forward and backward over them outweigh the decoding)."""
+
+    def __init__(self, latency_s: float = 0.2, turns: int = 3, document_words: int = 0, **kwargs):
         super().__init__(**kwargs)
         self.latency_s, self.turns, self.turn = latency_s, turns, 0
+        self.document_words = document_words
 
     def num_tasks(self, split):
         return 64
@@ -71,7 +90,10 @@ class LatencyEnv(AgentEnv):
 
     def load_task(self, task_id):
         self.turn = 0
-        return Task(task_id=task_id, prompt=f"Look up record {task_id.rsplit('/', 1)[1]}.")
+        index = int(task_id.rsplit("/", 1)[1])
+        record = " ".join(WORDS[(index + 7 * i) % len(WORDS)] for i in range(self.document_words))
+        prefix = f"Record {index}: {record}\n\n" if record else ""
+        return Task(task_id=task_id, prompt=f"{prefix}Look up record {index}.")
 
     def respond(self, action):
         time.sleep(self.latency_s)  # the stand-in API's round trip
@@ -227,13 +249,17 @@ def main() -> None:
     parser.add_argument("--learning", type=int, default=0, help="GRPO steps a learning run")
     parser.add_argument("--lr", type=float, default=5e-3, help="for --learning (LoRA)")
     parser.add_argument("--turns", type=int, default=3, help="turns of a latency episode")
+    parser.add_argument(
+        "--document-words", type=int, default=0, help="words of a record in a latency prompt"
+    )
     args = parser.parse_args()
     for name in args.envs.split(","):
         if name != "none":
             compare(name, args)
     if args.train or args.learning:
         gym.register("bench_async/Latency-v0", entry_point=LatencyEnv, kwargs={
-            "latency_s": args.latency_ms / 1000, "turns": args.turns})  # fmt: skip
+            "latency_s": args.latency_ms / 1000, "turns": args.turns,
+            "document_words": args.document_words})  # fmt: skip
     if args.train:  # every model on every env, side by side in this run
         ratios = {}
         for model in args.model.split(","):
