@@ -266,8 +266,10 @@ sabotage "the endpoint listening on every interface" agentgym/serve/app.py \
 
 sabotage "an async step played with the newest weights there, not the version the rule names" \
     agentgym/rollout/ahead.py \
-    "                weights = self._take(version)" \
-    "                version = max([version, *self._weights]); weights = self._take(version)" \
+    "                weights = self._take(version)
+            try:" \
+    "                version = max([version, *self._weights]); weights = self._take(version)
+            try:" \
     tests/test_async.py::test_an_async_run_does_not_depend_on_timing
 
 sabotage "an async checkpoint saving the task stream past the steps handed ahead" \
