@@ -155,9 +155,12 @@ def compare(name: str, args) -> float:
 
 def steps_per_minute(args) -> float:
     """Prints each side's steps per minute over whole `--train`-step runs (the steps' own
-    seconds, `step_seconds`: model loading and checkpoints left out) and, for the
-    synchronous side, the share of a step spent playing episodes; returns async / sync."""
+    seconds, `step_seconds`: model loading and checkpoints left out) and from step 2 on (an
+    async run's first step has nothing to overlap with: the rate a long run tends to) and,
+    for the synchronous side, the share of a step spent playing episodes; returns async /
+    sync over whole runs."""
     rates: dict[int, list[float]] = {0: [], 1: []}
+    later: dict[int, list[float]] = {0: [], 1: []}  # from step 2 on
     rollout_share: list[float] = []
     formatted: list[float] = []  # Code-v0: the share of episodes with a code block to run
     for r in range(args.rounds):
@@ -168,6 +171,8 @@ def steps_per_minute(args) -> float:
                 rows = [json.loads(x) for x in lines]
             seconds = sum(row["step_seconds"] for row in rows)
             rates[k].append(60 * len(rows) / seconds)
+            if len(rows) > 1:
+                later[k].append(60 * (len(rows) - 1) / (seconds - rows[0]["step_seconds"]))
             steps = " ".join(f"{row['step_seconds']:.1f}" for row in rows)
             print(f"  round {r + 1}, k={k}: {rates[k][-1]:.2f} steps/min; step seconds {steps}")
             if k == 0:
@@ -184,9 +189,13 @@ def steps_per_minute(args) -> float:
         print(f"  episodes with a well-formed answer (format_accuracy): "
               f"{statistics.mean(formatted):.0%}")  # fmt: skip
     for k, label in ((0, "sync"), (1, "async k=1")):
-        print(f"  {label:<10} {statistics.mean(rates[k]):7.1f} steps/min")
+        print(f"  {label:<10} {statistics.mean(rates[k]):7.2f} steps/min")
     ratio = statistics.mean(rates[1]) / statistics.mean(rates[0])
     print(f"  ratio async / sync: {ratio:.2f}x (aim: >= 1.5 where tool latency is half the step)")
+    if later[0]:
+        steady = statistics.mean(later[1]) / statistics.mean(later[0])
+        print(f"  from step 2 on: sync {statistics.mean(later[0]):.2f}, async "
+              f"{statistics.mean(later[1]):.2f} steps/min, ratio {steady:.2f}x")  # fmt: skip
     return ratio
 
 
