@@ -20,16 +20,23 @@ alternating by round, and prints steps per minute of each and their ratio; on `l
 (`--train-env`, the default; its reward the share of digits in the last reply, as a
 stand-in that varies within groups) or on a registered env such as `agentgym/Code-v0`.
 
-    .venv/bin/python bench/async.py
-    .venv/bin/python bench/async.py --envs latency --tasks 4 --group 4 --rounds 3
+`--document-words N` puts a record of N words in each `latency` prompt: long observations
+and short actions, where the learner's step outweighs the decoding (docs/results.md, "Where
+async pays").
+
 `--learning N` checks that asynchronous GRPO does not hurt learning: for 3 seeds, a
 synchronous and an asynchronous (k = 1) run of N steps on `latency` (LoRA, the same tasks
 for a seed), and whether the mean training reward of the async runs' last 20 steps lies
 inside the 95 % interval (Student t, 2 degrees of freedom) of the sync runs'.
 
+    .venv/bin/python bench/async.py
+    .venv/bin/python bench/async.py --envs latency --tasks 4 --group 4 --rounds 3
     .venv/bin/python bench/async.py --envs none --train 8 --model tiny-random
     .venv/bin/python bench/async.py --envs none --train 6 --model tiny-random,embedded \
         --train-env bench_async/Latency-v0,agentgym/Code-v0 --latency-ms 5000
+    .venv/bin/python bench/async.py --envs none --train 10 --model embedded --tasks 2 \
+        --group 4 --rounds 1 --turns 1 --document-words 300 --latency-ms 40000 \
+        --set sampling.max_new_tokens=8 --set grpo.num_iterations=2
     .venv/bin/python bench/async.py --envs none --learning 60
 """
 
