@@ -335,6 +335,19 @@ def test_load_config_reports_every_unknown_key_and_bad_value_at_once():
     assert lines[3].startswith("  grpo.beta: Input should be greater than or equal to 0")
 
 
+def test_a_rule_across_sections_is_its_message_alone_not_the_whole_config():
+    with pytest.raises(ConfigError) as err:  # a field's error keeps the value it got
+        load_config(overrides={"grpo.beta": -1})
+    assert str(err.value).endswith(" (got -1)"), str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides={"pipeline.partial_rollouts": True})
+    assert str(err.value).splitlines() == [
+        "invalid config:",
+        "  pipeline.partial_rollouts needs pipeline.max_off_policy_steps >= 1 (with 0 nothing "
+        "is played while the learner steps)",
+    ]
+
+
 @pytest.mark.parametrize("name", ["math.yaml", "tool_call.yaml"])
 def test_a_shipped_config_loads_as_load_config_reads_it(name):
     path = ROOT / "configs" / name

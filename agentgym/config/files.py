@@ -84,6 +84,15 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(f"{where} is not valid YAML: {err}") from None
 
 
+def _problem(error: Any) -> str:
+    """One line of a validation error: the field, the message and the value given. A rule
+    across sections (no field: the whole config's) names its fields in its message, and the
+    value it saw is the whole config, so the line is the message alone."""
+    message = error["msg"].removeprefix("Value error, ")
+    field = ".".join(str(p) for p in error["loc"])
+    return f"{field}: {message} (got {error.get('input')!r})" if field else message
+
+
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
     """Builds a Config from an optional YAML file and dotted-key overrides.
 
@@ -109,9 +118,7 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
         config = Config.model_validate(data)
     except ValidationError as err:
         problems += [  # an unknown key is named above, with the keys valid there
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
-            for e in err.errors()
-            if e["type"] != "extra_forbidden"
+            _problem(e) for e in err.errors() if e["type"] != "extra_forbidden"
         ]
     if problems:
         where = f" in {path}" if path else ""
