@@ -207,3 +207,17 @@ def test_page_data_cannot_close_its_script_element():
 def test_a_folder_with_nothing_to_show_is_refused_naming_what_it_lacks(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither episodes/step-\\*.npz nor metrics.jsonl"):
         run_view(tmp_path)
+
+
+def test_the_view_command_refuses_a_folder_it_cannot_show_with_a_message_and_exit_2(
+    tmp_path, capsys
+):
+    assert main(["view", str(tmp_path / "absent")]) == 2
+    assert capsys.readouterr().err == (
+        f"agentgym view: error: {tmp_path / 'absent'} is not a folder; give a training run's "
+        "or an eval report's\n"
+    )
+    assert main(["view", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"agentgym view: error: {tmp_path}: neither episodes/step-*.npz")
+    assert not (tmp_path / "view.html").exists()

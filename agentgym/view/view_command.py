@@ -20,14 +20,18 @@ def view_parser(sub: Any) -> None:
 
 def cmd_view(args: argparse.Namespace) -> int:
     """Writes the page (and a run's side files); with `--serve`, serves them until Ctrl-C."""
+    from agentgym.config import ConfigError
     from agentgym.view.data import report_view, run_view
     from agentgym.view.page import write_page
 
     folder = Path(args.folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"agentgym view: {folder} is not a folder (a run or a report)")
+        raise ConfigError(f"{folder} is not a folder; give a training run's or an eval report's")
     is_report = (folder / "report.json").is_file()
-    data = report_view(folder) if is_report else run_view(folder)
+    try:
+        data = report_view(folder) if is_report else run_view(folder)
+    except FileNotFoundError as err:  # a folder with nothing to show: says what it lacks
+        raise ConfigError(str(err)) from None
     page = write_page(data, args.output or folder / "view.html", inline=args.inline_steps)
     print(f"view written to {page}")
     if args.serve:
