@@ -187,10 +187,12 @@ def steps_per_minute(args) -> float:
             formatted += [
                 r["format_accuracy"] for r in rows if r.get("format_accuracy") is not None
             ]
+    playing = statistics.mean(rollout_share)
     print(
         f"training on {args.train_env} ({args.model}): {args.train} steps a run, {args.tasks} x "
-        f"G={args.group}, {args.rounds} rounds; sync steps spend "
-        f"{statistics.mean(rollout_share):.0%} of their time playing episodes"
+        f"G={args.group}, {args.rounds} rounds; sync steps spend {playing:.0%} of their time "
+        f"playing episodes; overlap hides at most the shorter side: about "
+        f"{1 / max(playing, 1 - playing):.2f}x"
     )
     if formatted:
         print(f"  episodes with a well-formed answer (format_accuracy): "
