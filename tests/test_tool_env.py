@@ -1,5 +1,7 @@
 """ToolEnv: a user-defined tool environment, its episodes, its reward, its validation."""
 
+import datetime
+import decimal
 import math
 
 import gymnasium as gym
@@ -241,3 +243,14 @@ def test_a_custom_matcher_judges_the_arguments():
     assert loose.matches(ToolCall("f", {"q": "PARIS"}))
     assert not loose.matches(ToolCall("g", {"q": "paris"}))
     assert arguments_equal({"a": [1, 2], "b": 1}, {"b": 1.0, "a": (1, 2)})
+
+
+def test_expected_arguments_json_cannot_hold_match_their_text_and_never_raise():
+    """A task's expected arguments may hold a date or a Decimal; the model's, parsed from
+    JSON, hold text: they match where the text is the value's, and differ otherwise."""
+    expected = {"day": datetime.date(2026, 12, 5), "price": decimal.Decimal("9.50")}
+    assert arguments_equal(expected, {"price": "9.50", "day": "2026-12-05"})
+    assert not arguments_equal(expected, {"price": "9.5", "day": "2026-12-05"})
+    assert ExpectedCall("book", expected).matches(
+        ToolCall("book", {"day": "2026-12-05", "price": "9.50"})
+    )

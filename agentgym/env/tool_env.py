@@ -86,7 +86,9 @@ _ZERO_PARTS: Mapping[str, float] = MappingProxyType(dict.fromkeys(REWARD_PARTS, 
 
 
 def _normalised(value: Any) -> object:
-    return json.loads(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+    """`value` as JSON reads it back: tuples become lists; a value JSON cannot hold (a date,
+    a Decimal in a task's expected arguments) becomes its text, as a model would write it."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def arguments_equal(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
