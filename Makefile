@@ -94,7 +94,7 @@ test-lowest:
 
 # Mutation testing of the math, the loss mask and the parsers (not part of `make test`; about
 # 30 minutes on 2 cores). Starts afresh: mutmut's cached stats and results can go stale.
-# MODULES: some of evaluate grpo losses tool_formats rollout logprobs learner update tool_reward (default all).
+# MODULES: some of evaluate grpo losses tool_formats rollout logprobs learner update tool_reward ahead (default all).
 mutate: $(STAMP)
 	rm -rf mutants
 	$(BIN)/python bench/mutation_score.py $(MODULES)

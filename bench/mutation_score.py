@@ -52,10 +52,12 @@ MODULES = {
     "learner": "learn.learner",
     "update": "learn.update",
     "tool_reward": "env.tool_env",
+    "ahead": "rollout.ahead",
 }
 """The modules scored, in the order they run (fastest first): short name, module under agentgym."""
 
 ONLY = {
+    "ahead": ["x_staleness", "x_stale_groups", "x_drop_stale"],  # async GRPO's staleness rule
     "learner": [  # Learner's loss and accumulation, and what they call here
         "xǁLearnerǁ_loss",
         "xǁLearnerǁaccumulate",
