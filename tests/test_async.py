@@ -1,7 +1,8 @@
 """Asynchronous GRPO (`pipeline.max_off_policy_steps` k): the sampler plays the next steps'
 tasks on a thread while the learner steps, each with the weights of version
-max(start, t - 1 - k); stale groups dropped and counted; a stopped run resumed trains
-every task of the uninterrupted run once, and ends bitwise where it ends."""
+max(start, t - 1 - k), staleness logged; a stopped run resumed trains every task of the
+uninterrupted run once, and ends bitwise where it ends. The staleness rule by hand (stale
+groups dropped and counted): tests/test_staleness.py."""
 
 from __future__ import annotations
 
