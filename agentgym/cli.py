@@ -284,6 +284,7 @@ def cmd_rft(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from agentgym.eval.command import run_eval
     from agentgym.run.preflight import check
+    from agentgym.scale.players import make_player
 
     flags = {
         "run.env": args.env,
@@ -300,14 +301,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     k = args.k if args.k is not None else max(n, 1)
     if (n and not 1 <= k <= n) or (not n and args.k):
         raise ConfigError(f"eval.n {n} --k {args.k}: need 1 <= k <= n (k needs n > 0)")
-    output = args.output
-    if output is None:
-        name = config.run.env.replace("/", "_").replace(":", "_")
-        output = Path("runs") / f"eval-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = config.run.env.replace("/", "_").replace(":", "_")
+    output = args.output or Path("runs") / f"eval-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (output / "report.json").exists():
         raise ConfigError(f"--output {str(output)!r} already holds a report; choose a new one")
     check(config, "eval", output=output, baseline=args.baseline)  # before a model loads
-    run_eval(config, k=k, baseline=args.baseline, output=output)
+    run_eval(config, k=k, baseline=args.baseline, output=output, players=make_player)
     print(f"report written to {output}")
     return 0
 

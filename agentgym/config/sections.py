@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentgym.config.rules import broken_rules
 from agentgym.config.training import (
     GRPOConfig,
     LoraConfig,
@@ -261,6 +262,12 @@ class RunConfig(Section):
     agent: str | None = Field(
         None, description="An agent program (module:function, file.py:function; docs/agents.md)."
     )
+    player: str | None = Field(
+        None,
+        description="Who plays the episodes, when not the turn loop or run.agent: a player "
+        "factory (module:name, file.py:name), called with (config, tokenizer) "
+        "(agentgym.rollout.player; docs/players.md).",
+    )
     agent_concurrency: int = Field(16, ge=1, description="Agents' episodes run at once.")
     agent_timeout_s: float = Field(
         3600.0, gt=0, description="Seconds an agent's episode may take, model's time included."
@@ -399,47 +406,8 @@ class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig)
 
     @model_validator(mode="after")
-    def _pipeline_sampler(self) -> Config:
-        if self.pipeline.partial_rollouts and not self.pipeline.max_off_policy_steps:
-            raise ValueError(
-                "pipeline.partial_rollouts needs pipeline.max_off_policy_steps >= 1 (with 0 "
-                "nothing is played while the learner steps)"
-            )
-        if self.pipeline.partial_rollouts and self.distributed.backend != "none":
-            raise ValueError(
-                "pipeline.partial_rollouts plays turn by turn in this process: "
-                "distributed.backend must be 'none'"
-            )
-        if self.run.turn_batching != "barrier":
-            _check_turn_batching(self)
-        if not self.pipeline.max_off_policy_steps:
-            return self
-        if self.run.agent is not None and self.pipeline.partial_rollouts:
-            raise ValueError(
-                "pipeline.partial_rollouts with run.agent: an agent program's turns go through "
-                "the endpoint, which takes new weights between episodes, not between turns"
-            )
-        if self.pipeline.partial_rollouts and self.policy.backend == "vllm":
-            raise ValueError(
-                "pipeline.partial_rollouts with policy.backend 'vllm': weights loaded between "
-                "turns are played by the transformers sampler only; use policy.backend 'hf'"
-            )
-        if self.policy.enable_sleep_mode and self.distributed.backend == "none":
-            raise ValueError(
-                "policy.enable_sleep_mode with pipeline.max_off_policy_steps > 0: the engine "
-                "samples while the learner steps, so its memory cannot be freed then; "
-                "set policy.enable_sleep_mode=false, or play on Ray workers"
-            )
+    def _options_go_together(self) -> Config:
+        broken = broken_rules(self)  # the table of `agentgym.config.rules`
+        if broken:
+            raise ValueError(broken[0])
         return self
-
-
-def _check_turn_batching(config: Config) -> None:
-    """Refuses `run.turn_batching` where its decode batch is not the one turns are played in."""
-    where = f"run.turn_batching {config.run.turn_batching!r}"
-    if config.pipeline.partial_rollouts:
-        raise ValueError(
-            f"{where} with pipeline.partial_rollouts: weights loaded between turns would "
-            "leave the running batch's keys and values stale; use 'barrier'"
-        )
-    if config.run.agent is not None:
-        raise ValueError(f"{where} with run.agent: an agent program plays its own turns")

@@ -8,12 +8,17 @@ from agentgym.eval.episode_files import write_episodes
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids
 from agentgym.eval.report import build_report, summarize, write_report
 from agentgym.records import Report
+from agentgym.rollout.player import PlayerFactory, turn_player
 from agentgym.types import Trajectory
 
 
-def run_eval(config, *, k: int, baseline: str | None, output: Path) -> Report:
+def run_eval(
+    config, *, k: int, baseline: str | None, output: Path, players: PlayerFactory = turn_player
+) -> Report:
     """`agentgym eval`: plays the held-out tasks with the model (and the baseline), writes
-    the report under `output`, prints its table; returns the report.
+    the report under `output`, prints its table; returns the report. `players(config,
+    tokenizer)` gives each model's player (`agentgym.scale.players.make_player`: as a run
+    plays its episodes).
 
     Each task is played once greedily and `config.eval.n` more times sampled (`--n`);
     `k` is pass@k's and maj@k's.
@@ -32,7 +37,8 @@ def run_eval(config, *, k: int, baseline: str | None, output: Path) -> Report:
         for role, name in names.items():
             model, tokenizer = load_configured(name, m)
             model = place(model, m)  # the model and the baseline alike
-            held = HeldOut.from_config(config, ids, tokenizer, n=n)
+            player = players(config, tokenizer)
+            held = HeldOut.from_config(config, ids, tokenizer, n=n, player=player)
             try:
                 task = stages.stage(f"eval {role}", held.episodes)
                 policy = HFPolicy(model, tokenizer)

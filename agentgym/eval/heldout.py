@@ -26,12 +26,8 @@ from agentgym.env.core import AgentEnv, Split, make_env
 from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.policy.hf import merged_adapters
 from agentgym.rewards.verifiable import answers_equal, extract_boxed
-from agentgym.rollout.episodes import TaskSpec, collect
-from agentgym.serve.agents import AgentOptions, agent_options
-from agentgym.types import Trajectory
-
-CollectFn = Callable[..., list[Trajectory]]
-"""`agentgym.rollout.episodes.collect`, or an agent program's (`AgentPlayer.collect`)."""
+from agentgym.rollout.player import Player, Submission, TurnPlayer, turn_player
+from agentgym.types import TaskSpec, Trajectory
 
 _FINAL_ANSWER = re.compile(r"Final Answer:[ \t]*(.+)")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -146,8 +142,10 @@ class HeldOut:
             (`from_config`), so that pass@k measures the distribution the policy is
             trained to sample from. The greedy episode takes no top-p.
         batch: Most episodes played at once.
-        agent: An agent program that plays the episodes through the endpoint (`run.agent`),
-            served with the policy `run` is given; None: the built-in rollout.
+        player: Who plays the episodes (`agentgym.rollout.player`): the training run's
+            player, so that an evaluated episode is played as a trained one; None: the
+            turn loop, with `env_timeout_s` and `env_workers`. Closed after each `run`
+            (an agent program's server with it) and by `close`.
     """
 
     def __init__(
@@ -166,7 +164,7 @@ class HeldOut:
         stop: Sequence[str] = (),
         env_timeout_s: float | None = None,
         env_workers: int | None = None,
-        agent: AgentOptions | None = None,
+        player: Player | None = None,
     ):
         if not task_ids:
             raise ValueError("HeldOut needs at least one task id")
@@ -174,9 +172,7 @@ class HeldOut:
         self.tokenizer = tokenizer
         self.max_new_tokens, self.max_episode_tokens = max_new_tokens, max_episode_tokens
         self.n, self.temperature, self.top_p, self.stop = n, temperature, top_p, tuple(stop)
-        self.env_timeout_s, self.env_workers = env_timeout_s, env_workers
-        self.agent = agent
-        self._collect: CollectFn = collect
+        self.player = player or TurnPlayer(tokenizer, env_timeout_s, env_workers)
         self.batch = max(batch, n)
         self.envs = [make_env(env_id, **env_kwargs) for _ in range(self.batch)]
         first = cast(AgentEnv, self.envs[0].unwrapped)  # make_env made an agent environment
@@ -185,8 +181,11 @@ class HeldOut:
         self.categories = {t: task.metadata.get("category") for t, task in tasks.items()}
 
     @classmethod
-    def from_config(cls, config, task_ids: Sequence[str], tokenizer, *, n: int) -> HeldOut:
-        """`task_ids` played with the run's sampling settings and `eval.max_new_tokens`."""
+    def from_config(
+        cls, config, task_ids: Sequence[str], tokenizer, *, n: int, player: Player | None = None
+    ) -> HeldOut:
+        """`task_ids` played with the run's sampling settings and `eval.max_new_tokens`, by
+        `player` (None: the turn loop with the run's options)."""
         s, run = config.sampling, config.run
         return cls(
             run.env,
@@ -199,9 +198,7 @@ class HeldOut:
             max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
             max_episode_tokens=s.max_episode_tokens,
             stop=s.stop,
-            env_timeout_s=run.env_step_timeout_s,
-            env_workers=run.env_workers,
-            agent=agent_options(config),
+            player=player or turn_player(config, tokenizer),
         )
 
     @property
@@ -214,18 +211,9 @@ class HeldOut:
         out: list[list[Trajectory]] = []
         for start in range(0, len(self.task_ids), per_chunk):
             ids = self.task_ids[start : start + per_chunk]
-            specs = [TaskSpec(task_id=t) for t in ids]
-            played = self._collect(
-                self.envs,
-                specs,
-                group,
-                policy,
-                self.tokenizer,
-                params,
-                max_tokens=self.max_episode_tokens,
-                env_timeout_s=self.env_timeout_s,
-                env_workers=self.env_workers,
-            )
+            specs = tuple(TaskSpec(task_id=t) for t in ids)
+            chunk = Submission(specs, group, params, self.max_episode_tokens)
+            played = self.player.play(policy, self.envs, chunk)
             out += [played[i * group : (i + 1) * group] for i in range(len(ids))]
             advance(len(played))
         return out
@@ -242,15 +230,10 @@ class HeldOut:
         when given, gets every episode played: each task's greedy one, then the sampled."""
         kept = episodes if episodes is not None else []
         with merged_adapters(as_policy(policy).model):
-            if self.agent is None:
-                return self._run(policy, seed, advance, kept)
-            player = self.agent.player(policy, self.tokenizer)
-            self._collect = player.collect  # the agent program plays each episode
             try:
                 return self._run(policy, seed, advance, kept)
             finally:
-                self._collect = collect
-                player.close()
+                self.player.close()  # an agent program's server: one per evaluation
 
     def _run(
         self, policy: Policy, seed: int, advance: Callable[[int], None], kept: list[Trajectory]
@@ -283,7 +266,8 @@ class HeldOut:
         return results
 
     def close(self) -> None:
-        """Closes the environments; a second call does nothing."""
+        """Closes the player and the environments; a second call does nothing."""
+        self.player.close()
         for env in self.envs:
             env.close()
         self.envs = []

@@ -46,21 +46,20 @@ from dataclasses import dataclass, replace
 import torch
 
 from agentgym import faults, records
-from agentgym.policy.base import Policy, SamplingParams
-from agentgym.rollout.episodes import TaskSpec
-from agentgym.rollout.sampler import Sampler, WeightSource
+from agentgym.policy.base import Policy
+from agentgym.rollout.player import Submission
+from agentgym.rollout.sampler import InProcessSampler, Sampler, WeightSource
 from agentgym.types import StepRecord, TrainingError, Trajectory
 
 Weights = list[tuple[str, torch.Tensor]]
 
 
-@dataclass
-class _Submission:
+@dataclass(frozen=True)
+class _Queued:
+    """A submission and the GRPO step it is for."""
+
     step: int
-    specs: Sequence[TaskSpec]
-    group_size: int
-    params: SamplingParams
-    max_tokens: int | None
+    submission: Submission
 
 
 class AheadSampler:
@@ -92,14 +91,14 @@ class AheadSampler:
         self.k = max_off_policy_steps
         self._next_step = self._playing = first_step
         if partial_rollouts:
-            if not hasattr(inner, "turn_version"):
+            if not isinstance(inner, InProcessSampler):
                 raise ValueError(
                     f"partial rollouts need a sampler that plays turn by turn in this process; "
                     f"{type(inner).__name__} does not"
                 )
             inner.turn_version = self._turn_version
         self._cond = threading.Condition()
-        self._todo: deque[_Submission] = deque()
+        self._todo: deque[_Queued] = deque()
         self._done: deque[list[Trajectory] | BaseException] = deque()
         self._weights: dict[int, Weights] = {}
         self._first = inner.version
@@ -117,18 +116,12 @@ class AheadSampler:
     @property
     def policy(self) -> Policy | None:
         """The wrapped sampler's policy, where it plays in this process (else None)."""
-        return getattr(self.inner, "policy", None)
+        return self.inner.policy
 
-    def submit(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None = None,
-    ) -> None:
-        """Queues the next step's tasks; the thread plays them when their version is there."""
+    def submit(self, submission: Submission) -> None:
+        """Queues the next step's episodes; the thread plays them when their version is there."""
         with self._cond:
-            self._todo.append(_Submission(self._next_step, specs, group_size, params, max_tokens))
+            self._todo.append(_Queued(self._next_step, submission))
             self._next_step += 1
             self._cond.notify_all()
 
@@ -220,7 +213,7 @@ class AheadSampler:
                 faults.reached("rollout", job.step)
                 if weights is not None:
                     self.inner.load_weights(_source(weights), version)
-                self.inner.submit(job.specs, job.group_size, job.params, job.max_tokens)
+                self.inner.submit(job.submission)
                 result: list[Trajectory] | BaseException = self.inner.poll(wait=True)
             except BaseException as err:  # raised again by the poll that asks for it
                 result = err

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal, SupportsFloat, TypeVar
+from typing import Any, Literal, SupportsFloat
 
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
@@ -33,7 +33,7 @@ from agentgym.rollout.conversation import prompt_ids as prompt_ids  # (as above)
 from agentgym.rollout.conversation import sampled_text as sampled_text  # (as above)
 from agentgym.rollout.conversation import use_chat_template as use_chat_template  # (as above)
 from agentgym.rollout.external_text import render as render  # part of this module's API
-from agentgym.rollout.guard import EnvTimeoutError, call_within
+from agentgym.rollout.guard import EnvTimeoutError, call_on, call_within, each_call
 from agentgym.types import Completion, Message, Trajectory, Turn
 from agentgym.types import TaskSpec as TaskSpec  # part of this module's API
 
@@ -70,8 +70,6 @@ class _Episode:
 
 TurnBatching = Literal["barrier", "continuous", "ordered"]
 """How turns share the decode batch (`collect`'s `turn_batching`, `run.turn_batching`)."""
-T = TypeVar("T")
-R = TypeVar("R")
 _Reset = tuple[list[dict[str, Any]], dict[str, Any]]
 """What `env.reset` returns: the opening messages and the info."""
 _Stepped = tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]
@@ -251,9 +249,11 @@ def collect(
         max_tokens: Episodes longer than this (in tokens) are truncated.
         env_timeout_s: Seconds one `reset` or `step` may take; None: no limit.
         env_workers: Threads that call the environments at once; None: one per episode.
-        turn_version: Called before each turn's `generate`: the policy version the turn
-            samples with (it may load newer weights first: partial rollouts), recorded as
-            `Trajectory.token_versions`; None: the caller stamps the versions.
+        turn_version: Called before each turn's `generate` (as the turn joins the batch,
+            with continuous batching): the policy version the turn samples with, recorded
+            as `Trajectory.token_versions`; None: the caller stamps the versions. It may
+            load newer weights first (partial rollouts) with barrier batching only: a
+            running batch's keys and values would be stale (`run.turn_batching`).
         turn_batching: "barrier": one `generate` per turn over every live episode, each
             turn waiting for every episode's previous one. "continuous": one decode batch
             that an episode's turn leaves when it ends and its next turn joins when its
@@ -263,14 +263,7 @@ def collect(
             batch, each reply waited for and the next turn joining at the next decode step,
             so a seed gives the same trajectories.
     """
-    needed = len(specs) * group_size
-    if len(envs) < needed:
-        raise ValueError(f"collect() needs {needed} environments, got {len(envs)}")
-    jobs = [
-        (envs[g * group_size + k], spec, g, k)
-        for g, spec in enumerate(specs)
-        for k in range(group_size)
-    ]
+    jobs = episode_jobs(envs, specs, group_size)
     for env, *_ in jobs:
         use_chat_template(env, tokenizer)
     if turn_batching != "barrier" and not hasattr(policy, "turn_stream"):
@@ -278,31 +271,37 @@ def collect(
             f"turn_batching {turn_batching!r} needs a policy with a turn_stream (the "
             f"transformers and vLLM backends); {type(policy).__name__} has none: use 'barrier'"
         )
-    if turn_batching != "barrier" and turn_version is not None:
-        raise ValueError(
-            f"a turn_version (partial rollouts) goes with turn_batching 'barrier' only, "
-            f"not {turn_batching!r}"
-        )
     workers = env_workers or len(jobs)
     with ThreadPoolExecutor(workers, "agentgym-env") if workers > 1 else nullcontext() as pool:
-        resets = _each(pool, lambda job: _reset(job[0], job[1], env_timeout_s), jobs)
+        resets = each_call(pool, lambda job: _reset(job[0], job[1], env_timeout_s), jobs)
         episodes = [_start(*job, tokenizer, reset) for job, reset in zip(jobs, resets, strict=True)]
         _name_failed_starts(episodes)
         limits = (max_tokens, env_timeout_s)
         if turn_batching == "barrier":
             _play(episodes, policy, tokenizer, params, limits, pool, turn_version)
         else:
-            _stream(episodes, policy, tokenizer, params, limits, pool, turn_batching == "ordered")
+            ordered = turn_batching == "ordered"
+            _stream(episodes, policy, tokenizer, params, limits, pool, ordered, turn_version)
     _replace_hung(envs, episodes)
     return [_finish(ep) for ep in episodes]
 
 
-def _each(pool: ThreadPoolExecutor | None, call: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """`call` of each item, in the items' order: at once on `pool`'s threads, or one after
-    another on this thread where `pool` is None (`env_workers` 1)."""
-    if pool is None:
-        return [call(item) for item in items]
-    return list(pool.map(call, items))
+Job = tuple[gym.Env, TaskSpec, int, int]
+"""One episode to play: its environment, its task, its group and its member in the group."""
+
+
+def episode_jobs(envs: Sequence[gym.Env], specs: Sequence[TaskSpec], group_size: int) -> list[Job]:
+    """The episodes of `group_size` members of each spec's group, each with its environment
+    (group g's member k plays in `envs[g * group_size + k]`); ValueError when there are
+    fewer environments than episodes."""
+    needed = len(specs) * group_size
+    if len(envs) < needed:
+        raise ValueError(f"playing needs {needed} environments, got {len(envs)}")
+    return [
+        (envs[g * group_size + k], spec, g, k)
+        for g, spec in enumerate(specs)
+        for k in range(group_size)
+    ]
 
 
 def _play(
@@ -330,7 +329,7 @@ def _play(
             gens = policy.generate([ep.tokens for ep in live], params, streams)
             turns = [_sampled(ep, gen, tokenizer, end) for ep, gen in zip(live, gens, strict=True)]
             played = list(zip(live, (text for text, _ in turns), strict=True))
-            steps = _each(pool, lambda pair: _step(*pair, env_timeout_s), played)
+            steps = each_call(pool, lambda pair: _step(*pair, env_timeout_s), played)
             for ep, (text, closing), stepped in zip(live, turns, steps, strict=True):
                 _advance(ep, text, closing, stepped, tokenizer)
                 _cut(ep, max_tokens)
@@ -350,6 +349,7 @@ def _stream(
     limits: tuple[int | None, float | None],
     pool: ThreadPoolExecutor | None,
     ordered: bool,
+    turn_version: Callable[[], int] | None,
 ) -> None:
     """Plays the started episodes in one decode batch (`policy.turn_stream`): a turn that
     ended leaves it, its `env.step` runs on `pool`, and the episode's next turn joins as soon
@@ -360,6 +360,8 @@ def _stream(
 
         def join(i: int) -> None:
             ep = episodes[i]
+            if turn_version is not None:
+                ep.span_versions.append(turn_version())
             turns.add(i, ep.tokens, None if params.seed is None else stream(params.seed, ep))
 
         for i in (i for i, ep in enumerate(episodes) if not ep.done):
@@ -368,7 +370,7 @@ def _stream(
         while len(turns) or stepping:
             for i, gen in turns.step():
                 text, closing = _sampled(episodes[i], gen, tokenizer, end)
-                replying = _submit(pool, _step, episodes[i], text, env_timeout_s)
+                replying = call_on(pool, _step, episodes[i], text, env_timeout_s)
                 stepping[replying] = (i, text, closing)
             if ordered or not len(turns):  # nothing decodes meanwhile: wait
                 wait(stepping, return_when="ALL_COMPLETED" if ordered else FIRST_COMPLETED)
@@ -378,15 +380,6 @@ def _stream(
                 _cut(episodes[i], max_tokens)
                 if not episodes[i].done:
                     join(i)
-
-
-def _submit(pool: ThreadPoolExecutor | None, call: Callable[..., R], *args: Any) -> Future[R]:
-    """`call(*args)` on `pool`, or here and now where it is None (`env_workers` 1)."""
-    if pool is not None:
-        return pool.submit(call, *args)
-    done: Future[R] = Future()
-    done.set_result(call(*args))
-    return done
 
 
 def _name_failed_starts(episodes: list[_Episode]) -> None:

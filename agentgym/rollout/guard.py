@@ -11,10 +11,12 @@ on in the background; the environment it was running in is no longer used
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class EnvTimeoutError(TimeoutError):
@@ -50,3 +52,22 @@ def call_within(call: Callable[[], T], timeout_s: float | None, what: str) -> T:
     if "error" in box:
         raise box["error"]  # type: ignore[misc]  # a BaseException, stored above
     return box["value"]  # type: ignore[return-value]  # what call() returned
+
+
+def each_call(
+    pool: ThreadPoolExecutor | None, call: Callable[[T], R], items: Sequence[T]
+) -> list[R]:
+    """`call` of each item, in the items' order: at once on `pool`'s threads, or one after
+    another on this thread where `pool` is None (`env_workers` 1)."""
+    if pool is None:
+        return [call(item) for item in items]
+    return list(pool.map(call, items))
+
+
+def call_on(pool: ThreadPoolExecutor | None, call: Callable[..., R], *args: Any) -> Future[R]:
+    """`call(*args)` on `pool`, or here and now where it is None (`env_workers` 1)."""
+    if pool is not None:
+        return pool.submit(call, *args)
+    done: Future[R] = Future()
+    done.set_result(call(*args))
+    return done

@@ -1,13 +1,14 @@
 """The `Sampler` protocol: task specs in, finished trajectories out, whatever plays them.
 
-The training loop submits a step's task specs, polls for the finished
+The training loop submits a step's episodes (`Submission`), polls for the finished
 trajectories and, after each learner step, hands the sampler the new weights
-with their version number. It never asks how the episodes are played: in this
-process (`InProcessSampler`), on Ray workers (`agentgym.scale.samplers`), and,
-later, asynchronously or through an agent program behind an OpenAI-compatible
-endpoint. Submit and poll are separate so that such samplers can keep playing
-while the learner steps; the two here play what was submitted when polled with
-`wait`, and nothing meanwhile.
+with their version number. A sampler only schedules and places: when and where the
+episodes are played (in this process, `InProcessSampler`; ahead of the learner,
+`agentgym.rollout.ahead`; on Ray workers or torchrun ranks, `agentgym.scale.samplers`).
+How they are played is its `Player`'s (`agentgym.rollout.player`): the turn loop, an
+agent program, a user's own. Submit and poll are separate so that a sampler can keep
+playing while the learner steps; the ones here play what was submitted when polled
+with `wait`, and nothing meanwhile.
 
 A sampler owns the weights it samples with: `load_weights` is the one path by
 which the learner's new weights reach it. One that samples with the learner's own
@@ -27,12 +28,11 @@ from typing import Protocol
 
 import gymnasium as gym
 import torch
-from transformers import PreTrainedTokenizerBase
 
 from agentgym import records
-from agentgym.policy.base import Policy, SamplingParams, as_policy
+from agentgym.policy.base import Policy, as_policy
 from agentgym.policy.hf import merged_adapters
-from agentgym.rollout.episodes import TaskSpec, TurnBatching, collect
+from agentgym.rollout.player import Player, Submission, Versions
 from agentgym.types import Trajectory
 
 WeightSource = Callable[[], Iterable[tuple[str, torch.Tensor]]]
@@ -48,14 +48,13 @@ class Sampler(Protocol):
         """The policy version it samples with now (0: the weights the run started from)."""
         ...
 
-    def submit(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None = None,
-    ) -> None:
-        """Queues `group_size` episodes of each spec, sampled with `params`."""
+    @property
+    def policy(self) -> Policy | None:
+        """The policy it plays with in this process; None where it plays elsewhere (Ray)."""
+        ...
+
+    def submit(self, submission: Submission) -> None:
+        """Queues the submission's episodes."""
         ...
 
     def poll(self, wait: bool = True) -> list[Trajectory]:
@@ -70,7 +69,7 @@ class Sampler(Protocol):
         ...
 
     def close(self) -> None:
-        """Frees what it holds (environments, workers)."""
+        """Frees what it holds (environments, workers, its player)."""
         ...
 
 
@@ -80,52 +79,32 @@ def stamp_version(trajectory: Trajectory, version: int) -> Trajectory:
     return dataclasses.replace(trajectory, token_versions=versions)
 
 
-def play(
-    envs: Sequence[gym.Env],
-    specs: Sequence[TaskSpec],
-    group_size: int,
+def play_merged(
+    player: Player,
     policy: Policy,
-    tokenizer: PreTrainedTokenizerBase,
-    params: SamplingParams,
-    max_tokens: int | None = None,
-    env_timeout_s: float | None = None,
-    env_workers: int | None = None,
-    turn_batching: TurnBatching = "barrier",
+    envs: Sequence[gym.Env],
+    submission: Submission,
+    versions: Versions | None = None,
 ) -> list[Trajectory]:
-    """`collect` with a LoRA policy's adapters merged into its model while it samples (one
-    matrix per layer instead of three); what an in-process sampler and a Ray worker run."""
+    """`player.play` with a LoRA policy's adapters merged into its model while it samples
+    (one matrix per layer instead of three): what a Ray worker and a torchrun rank run."""
     policy = as_policy(policy)
     with merged_adapters(policy.model):
-        return collect(
-            envs,
-            specs,
-            group_size,
-            policy,
-            tokenizer,
-            params,
-            max_tokens,
-            env_timeout_s,
-            env_workers,
-            turn_batching=turn_batching,
-        )
+        return player.play(policy, envs, submission, versions)
 
 
 class QueuedSampler:
     """The `Sampler` bookkeeping of the samplers that play what was submitted when polled:
     the queue, the version stamp. A subclass says how one submission is played (`_play`)."""
 
+    policy: Policy | None = None
+
     def __init__(self) -> None:
         self.version = 0
-        self._queued: list[tuple[Sequence[TaskSpec], int, SamplingParams, int | None]] = []
+        self._queued: list[Submission] = []
 
-    def submit(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None = None,
-    ) -> None:
-        self._queued.append((specs, group_size, params, max_tokens))
+    def submit(self, submission: Submission) -> None:
+        self._queued.append(submission)
 
     def poll(self, wait: bool = True) -> list[Trajectory]:
         """With `wait`, plays everything submitted and returns it; without, returns what
@@ -134,88 +113,63 @@ class QueuedSampler:
         if not wait:
             return finished
         queued, self._queued = self._queued, []
-        for specs, group_size, params, max_tokens in queued:
-            played = self._play(specs, group_size, params, max_tokens)
+        for submission in queued:
+            played = self._play(submission)
             finished += [t if t.token_versions else stamp_version(t, self.version) for t in played]
         return finished
 
-    def _play(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None,
-    ) -> list[Trajectory]:
+    def _play(self, submission: Submission) -> list[Trajectory]:
         raise NotImplementedError
 
 
 class InProcessSampler(QueuedSampler):
-    """Plays episodes in this process: `policy` samples, `envs` answer (G per task).
+    """Plays episodes in this process: `player` plays them with `policy` in `envs`.
 
     Args:
         envs: At least tasks_per_step x group_size environments, one per episode.
         policy: The policy; with its own in-process model (transformers), LoRA
             adapters are merged into it while it samples.
-        tokenizer: The policy's tokenizer.
-        env_timeout_s: Seconds an environment's `reset` or `step` may take before its
-            episode is given up as unscorable (`run.env_step_timeout_s`); None: no limit.
-        env_workers: Threads that call the environments at once (`run.env_workers`).
-        turn_batching: How turns share the decode batch (`run.turn_batching`).
+        player: Who plays the episodes (`agentgym.rollout.player`); the sampler closes it.
         copies_weights: Whether `policy` samples with its own copy of the learner's
             weights (a vLLM engine, rank 0's whole copy of a sharded learner), which
             `load_weights` then refreshes; False when it samples with the learner's model.
     """
 
+    policy: Policy
+
     def __init__(
         self,
         envs: Sequence[gym.Env],
         policy: Policy,
-        tokenizer: PreTrainedTokenizerBase,
-        env_timeout_s: float | None = None,
+        player: Player,
         *,
-        env_workers: int | None = None,
-        turn_batching: TurnBatching = "barrier",
         copies_weights: bool = False,
     ) -> None:
         super().__init__()
         self.envs = list(envs)
         self.policy = as_policy(policy)
-        self.tokenizer = tokenizer
-        self.env_timeout_s, self.env_workers = env_timeout_s, env_workers
-        self.turn_batching = turn_batching
+        self.player = player
         self.copies_weights = copies_weights
-        self.turn_version: Callable[[], int] | None = None
+        self.turn_version: Versions | None = None
         """Called before each turn (partial rollouts, `AheadSampler`): the turn's version."""
         self._merged: contextlib.ExitStack | None = None
 
-    def _play(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None,
-    ) -> list[Trajectory]:
-        """`play`, holding the merged adapters' context, which `load_weights` reopens when it
-        comes between two turns (partial rollouts)."""
+    def _play(self, submission: Submission) -> list[Trajectory]:
+        """The player's play, holding the merged adapters' context, which `load_weights`
+        reopens when it comes between two turns (partial rollouts)."""
         self._merged = contextlib.ExitStack()
         self._merged.enter_context(merged_adapters(self.policy.model))
         try:
-            return collect(
-                self.envs,
-                specs,
-                group_size,
-                self.policy,
-                self.tokenizer,
-                params,
-                max_tokens,
-                self.env_timeout_s,
-                self.env_workers,
-                self.turn_version,
-                self.turn_batching,
-            )
+            versions = self.turn_version or self.current_version
+            return self.player.play(self.policy, self.envs, submission, versions)
         finally:
             merged, self._merged = self._merged, None
             merged.close()
+
+    def current_version(self) -> int:
+        """The version it samples with now (what the player records, but for partial
+        rollouts, whose `turn_version` may load newer weights first)."""
+        return self.version
 
     def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
         """Copies `weights()` into the policy when it samples with its own copy of them,
@@ -234,5 +188,6 @@ class InProcessSampler(QueuedSampler):
         return {records.WEIGHT_SYNC_SECONDS: time.perf_counter() - start}
 
     def close(self) -> None:
+        self.player.close()
         for env in self.envs:
             env.close()

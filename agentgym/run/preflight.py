@@ -27,7 +27,7 @@ rate's warm-up); `grpo.epsilon_high` < `grpo.epsilon` (a narrower upper clip);
 (the episode is cut after that turn); `optim.micro_batch_size` larger than the
 batch (one micro-batch).
 
-`require_ray`, `require_vllm` and `check_fsdp` check what the backends need of
+`require_ray`, `require_vllm` and `check_torchrun` check what the backends need of
 this machine and this launch (installed packages, vLLM's sleep mode, torchrun's
 world size); the run calls them before any model loads.
 """
@@ -43,6 +43,7 @@ from typing import Any, Literal, cast
 import gymnasium as gym
 
 from agentgym.config import Config, ConfigError
+from agentgym.config.rules import broken_rules
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
 from agentgym.env.mixture import EnvMix
 from agentgym.extras import available, install_hint, require_serve
@@ -381,19 +382,11 @@ def require_vllm(config: Config) -> None:
     check_sleep_mode(config.policy.enable_sleep_mode)
 
 
-def check_fsdp(config: Config) -> None:
-    """Raises ConfigError for what `distributed.learner: fsdp` does not run with under torchrun."""
-    if ranks.world_size() <= 1 or config.distributed.learner != "fsdp":
+def check_torchrun(config: Config) -> None:
+    """Raises ConfigError for the first rule that holds under torchrun (more than one rank)
+    that `config` breaks (`agentgym.config.rules`)."""
+    if ranks.world_size() <= 1:
         return
-    if config.policy.backend != "hf":
-        raise ConfigError(
-            f"distributed.learner 'fsdp' under torchrun samples on rank 0 with transformers: "
-            f"policy.backend must be 'hf' (got {config.policy.backend!r}); or use "
-            "distributed.learner 'ddp' with policy.backend 'vllm'"
-        )
-    if config.distributed.backend != "none":
-        raise ConfigError(
-            f"distributed.learner 'fsdp' under torchrun samples on rank 0: distributed.backend "
-            f"must be 'none' (got {config.distributed.backend!r}); or use distributed.learner "
-            "'ddp' with Ray rollout workers"
-        )
+    broken = broken_rules(config, torchrun=True)
+    if broken:
+        raise ConfigError(broken[0])

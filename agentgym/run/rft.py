@@ -48,6 +48,7 @@ from agentgym.policy.base import Policy
 from agentgym.policy.models import load_configured
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rewards.score import score
+from agentgym.rollout.player import Submission
 from agentgym.rollout.sampler import Sampler, WeightSource
 from agentgym.run import preflight
 from agentgym.run.checkpoint import save_checkpoint
@@ -55,6 +56,7 @@ from agentgym.run.interrupt import StopRequest, TrainingError
 from agentgym.run.setup import sampling_params, seed_everything, task_specs
 from agentgym.run.sft import on_device, sft_optimizer, sft_step
 from agentgym.scale import ranks
+from agentgym.scale.players import make_player
 from agentgym.scale.samplers import make_sampler, sampler_envs
 from agentgym.types import StepRecord, Trajectory
 
@@ -148,8 +150,10 @@ class RFTRun:
         envs = sampler_envs(view)
         weights = cls.trainable(model)
         try:
+            player = make_player(view, tokenizer)
+            start = config.model.name
             sampler = make_sampler(
-                view, envs, policy, tokenizer, config.model.name, weights, learner_model=model
+                view, envs, policy, tokenizer, player, start, weights, learner_model=model
             )
         except BaseException:
             for env in envs:
@@ -184,7 +188,7 @@ class RFTRun:
         specs = task_specs(self.tasks, c.rft.tasks_per_round)
         params = sampling_params(c, self.tasks)
         size, budget = c.grpo.group_size, c.sampling.max_episode_tokens
-        self.sampler.submit(specs, size, params, max_tokens=budget)
+        self.sampler.submit(Submission(tuple(specs), size, params, budget))
         played = tuple(self.sampler.poll(wait=True))
         record = StepRecord(number, self.updates, tuple(specs), played)
         return score(record, self.reward_fns, c.grpo.length_penalty)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.config import Config, ConfigError
+from agentgym.config import Config
 from agentgym.env.core import make_env
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids, task_result
 from agentgym.learn.learner import Learner
@@ -30,6 +30,7 @@ from agentgym.policy.models import load_configured
 from agentgym.records import CheckpointState
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.ahead import AheadSampler
+from agentgym.rollout.player import Player, Submission
 from agentgym.rollout.sampler import Sampler
 from agentgym.run import preflight
 from agentgym.run.checkpoint import read_trainer
@@ -38,14 +39,8 @@ from agentgym.run.resume import Progress, Trainer, learner_for, restore, resume_
 from agentgym.run.runlog import RunLog, truncate_logs
 from agentgym.run.sft import on_device
 from agentgym.scale import ranks
-from agentgym.scale.samplers import (
-    make_sampler,
-    own_copy,
-    play_share,
-    ranks_sample,
-    sampler_envs,
-)
-from agentgym.serve.agents import AgentSampler, agent_options
+from agentgym.scale.players import make_player
+from agentgym.scale.samplers import make_sampler, play_share, ranks_sample, sampler_envs
 from agentgym.types import TaskSpec, Trajectory
 
 
@@ -147,7 +142,10 @@ class Run:
     def _held_out(self, tokenizer, count: int, start: int, n: int | None = None) -> HeldOut:
         ev, run = self.config.eval, self.config.run
         ids = held_out_ids(run.env, run.env_kwargs, count, start=start, split=ev.split)
-        return HeldOut.from_config(self.config, ids, tokenizer, n=ev.n if n is None else n)
+        player = make_player(self.config, tokenizer)  # as the run's episodes are played
+        return HeldOut.from_config(
+            self.config, ids, tokenizer, n=ev.n if n is None else n, player=player
+        )
 
     def start_training(self, model, tokenizer, resume: Path | None) -> Trainer:
         """The learner, the run's policy, and where GRPO stands (a resumed run's progress,
@@ -169,21 +167,16 @@ class Run:
             assert resume is not None  # the state was read from it
             progress = restore(self.state, resume, learner, rng)
         self.trainer = Trainer(learner, tokenizer, rng, progress, unsharded=whole)
-        agent = agent_options(config)
-        if agent is not None:  # an agent program plays, through the endpoint, in this process
-            policy, copies = own_copy(config, self.policy, tokenizer, learner.model)
-            player = agent.player(policy, tokenizer)
-            self.sampler = AgentSampler(player, self.envs, policy, tokenizer, copies_weights=copies)
-        else:
-            self.sampler = make_sampler(
-                config,
-                self.envs,
-                self.policy,
-                tokenizer,
-                self.start_model,
-                learner.named_weights,
-                learner_model=learner.model,
-            )
+        self.sampler = make_sampler(
+            config,
+            self.envs,
+            self.policy,
+            tokenizer,
+            make_player(config, tokenizer),
+            self.start_model,
+            learner.named_weights,
+            learner_model=learner.model,
+        )
         ahead = config.pipeline.max_off_policy_steps
         kept = read_trainer(resume).get("sampler_weights", {}) if resume and ahead else {}
         if kept:  # the oldest, that step s + 1 is played with
@@ -200,11 +193,6 @@ class Run:
         run's checkpoint `kept` the weights its steps handed ahead are played with
         (`AheadSampler.kept`): `inner` holds the oldest; the others are handed over again."""
         config = self.config
-        if ranks.active():
-            raise ConfigError(
-                "pipeline.max_off_policy_steps > 0 under torchrun: the learner's ranks "
-                "step in lockstep with rank 0's sampling; run it in one process"
-            )
         newest = lambda: ranks.share_weights(learner)  # noqa: E731
         ahead = AheadSampler(
             inner,
@@ -226,7 +214,7 @@ class Run:
 
     def sampler_policy(self) -> Policy | None:
         """The policy the sampler plays with in this process (None: it plays elsewhere)."""
-        return getattr(self.sampler, "policy", None)
+        return self.sampler.policy if self.sampler is not None else None
 
     def fresh_policy(self) -> Policy:
         """The run's policy, holding the learner's weights now: a policy with its own copy
@@ -287,6 +275,7 @@ def follow(config: Config, resume: Path | None) -> Path:
     envs: list[Any] = []
     tokenizers: list[Any] = []
     policies: list[HFPolicy] = []
+    players: list[Player] = []
 
     def build() -> Learner:
         model, tokenizer = load_configured(start_model, config.model)
@@ -297,14 +286,17 @@ def follow(config: Config, resume: Path | None) -> Path:
             learner.load_state_dict(read_trainer(resume)["learner"])
         return learner
 
-    def sample(learner: Learner, payload: Any) -> list[Trajectory]:
+    def sample(learner: Learner, submission: Submission) -> list[Trajectory]:
         envs[:] = envs or sampler_envs(config)
         policies[:] = policies or [HFPolicy(learner.model, tokenizers[-1])]
-        return play_share(envs, policies[0], tokenizers[-1], payload)
+        players[:] = players or [make_player(config, tokenizers[-1])]
+        return play_share(envs, policies[0], players[0], submission)
 
     try:
         ranks.follow(build, sample if ranks_sample(config) else None)
     finally:
+        for player in players:
+            player.close()
         for env in envs:
             env.close()
     assert config.run.output is not None  # the CLI names the run's folder first

@@ -26,6 +26,7 @@ from agentgym.policy.models import load_configured
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rewards.score import score
 from agentgym.rollout.ahead import drop_stale
+from agentgym.rollout.player import Submission
 from agentgym.rollout.sampler import Sampler
 from agentgym.run import phases, preflight, setup
 from agentgym.run.curriculum import Curriculum
@@ -95,7 +96,7 @@ def _submit(
     specs = setup.task_specs(trainer.rng, config.grpo.tasks_per_step, difficulty)
     params = setup.sampling_params(config, trainer.rng)
     max_tokens = config.sampling.max_episode_tokens
-    sampler.submit(specs, config.grpo.group_size, params, max_tokens=max_tokens)
+    sampler.submit(Submission(tuple(specs), config.grpo.group_size, params, max_tokens))
     return Submitted(tuple(specs), stream)
 
 
@@ -115,7 +116,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
     with `distributed.learner: fsdp`, shards of it) and step them on the batches
     rank 0 shares, each on its share (`agentgym.scale.ranks`, `agentgym.scale.ranks`).
     """
-    preflight.check_fsdp(config)
+    preflight.check_torchrun(config)
     joined = ranks.init()
     try:
         if not ranks.is_main():

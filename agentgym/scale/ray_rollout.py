@@ -63,8 +63,7 @@ from typing import Any, cast
 import torch
 
 from agentgym.config import Config, DistributedConfig
-from agentgym.policy.base import SamplingParams
-from agentgym.rollout.episodes import TaskSpec
+from agentgym.rollout.player import Submission
 from agentgym.scale.ray_worker import RolloutWorker
 from agentgym.sync import collective
 from agentgym.sync.collective import (
@@ -173,21 +172,16 @@ class RayRollout:
             "a weights read", lambda v: self._actors[v].weights.remote(list(names)), [w]
         )[w]
 
-    def collect(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None = None,
-    ) -> list[Trajectory]:
-        """`rollout.collect`'s trajectories, played by the workers: grouped by task, in
-        the order of `specs`, `group` numbering the task within the step."""
-        shares = spread_groups(len(specs), len(self._actors))
+    def collect(self, submission: Submission) -> list[Trajectory]:
+        """The submission's trajectories, played by the workers (each its share of the
+        groups, with its own player): grouped by task, in the order of its specs, `group`
+        numbering the task within the submission."""
+        shares = spread_groups(len(submission.specs), len(self._actors))
         busy = {w: share for w, share in enumerate(shares) if share}
 
         def play(w: int):
-            mine = [specs[i] for i in busy[w]]
-            return self._actors[w].collect.remote(mine, group_size, params, max_tokens)
+            mine = submission.share(busy[w].start, busy[w].stop)
+            return self._actors[w].collect.remote(mine)
 
         played = self._call_all("its rollout batch", play, busy)
         return [replace(t, group=t.group + busy[w].start) for w in sorted(busy) for t in played[w]]

@@ -16,12 +16,12 @@ import torch
 from agentgym.config import Config
 from agentgym.env.core import make_env
 from agentgym.learn.lora import wrap_lora
-from agentgym.policy.base import SamplingParams
+from agentgym.policy.backend import engine_folder, make_policy
 from agentgym.policy.chat_templates import apply_chat_template_option
-from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.rollout.episodes import TaskSpec
-from agentgym.rollout.sampler import play
+from agentgym.rollout.player import Submission
+from agentgym.rollout.sampler import play_merged
+from agentgym.scale.players import make_player
 from agentgym.sync.collective import GroupAddress, SyncGroup, TensorMeta
 
 Reply = tuple[str, Any]
@@ -44,21 +44,18 @@ class RolloutWorker:
     def __init__(self, config: Config, model_name: str | None, envs: int, threads: int):
         torch.set_num_threads(threads)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.policy: Any
-        if config.policy.backend == "vllm":
-            self.policy, self.tokenizer = _vllm_policy(config, model_name)
-        else:
-            model, tokenizer = load_model_and_tokenizer(model_name)
-            self.tokenizer = apply_chat_template_option(tokenizer, config.model.chat_template)
+        model, tokenizer = load_model_and_tokenizer(model_name)
+        self.tokenizer = apply_chat_template_option(tokenizer, config.model.chat_template)
+        # a vLLM engine starts from the weights saved before LoRA wraps them, and owns them
+        engine_dir = engine_folder(config, model, self.tokenizer)
+        if engine_dir is None:  # sampled in this process: the model on this worker's device
             # transformers wraps Module.to with functools.wraps, whose type wants self first
             model = model.to(self.device)  # type: ignore[arg-type]
-            if config.lora.enabled:  # the learner's adapter names, so its weights load by name
-                model = wrap_lora(model, config)
-            self.policy = HFPolicy(model, self.tokenizer)
+        if config.lora.enabled:  # the learner's adapter names, so its weights load by name
+            model = wrap_lora(model, config)
+        self.policy = make_policy(config, model, self.tokenizer, engine_dir=engine_dir)
         self.envs = [make_env(config.run.env, **config.run.env_kwargs) for _ in range(envs)]
-        self.env_timeout_s = config.run.env_step_timeout_s
-        self.env_workers = config.run.env_workers
-        self.turn_batching = config.run.turn_batching
+        self.player = make_player(config, self.tokenizer)
         self.incarnation = uuid.uuid4().hex  # a restarted actor gets a new one
         self._group: SyncGroup | None = None
 
@@ -86,7 +83,7 @@ class RolloutWorker:
         if group is None or group.address.generation != generation:
             raise RuntimeError(f"this worker is not in weight-sync group {generation}")
         try:
-            if isinstance(self.policy, HFPolicy):
+            if self.policy.model is not None:  # transformers: bucket by bucket
                 for bucket in group.receive(metas):
                     self.policy.load_weights(bucket)
             else:
@@ -100,54 +97,26 @@ class RolloutWorker:
 
     def weights(self, names: Sequence[str]) -> Reply:
         """Copies of the named parameters this worker samples with (transformers only)."""
+        assert self.policy.model is not None, "a vLLM worker's weights are in its engine"
         params = dict(self.policy.model.named_parameters())
         return self.incarnation, {n: params[n].detach().cpu().clone() for n in names}
 
-    def collect(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None,
-    ) -> Reply:
-        """`rollout.collect` over this worker's groups; groups are numbered from 0."""
-        played = play(
-            self.envs,
-            specs,
-            group_size,
-            self.policy,
-            self.tokenizer,
-            params,
-            max_tokens,
-            self.env_timeout_s,
-            self.env_workers,
-            self.turn_batching,
-        )
-        return self.incarnation, played
+    def collect(self, submission: Submission) -> Reply:
+        """This worker's share of a submission, played by its player; groups are
+        numbered from 0."""
+        return self.incarnation, play_merged(self.player, self.policy, self.envs, submission)
 
     def close(self) -> None:
         """Leaves the group, closes the environments (sandbox pools, tool processes) and
         shuts down a vLLM engine."""
         self._leave()
+        self.player.close()
         for env in self.envs:
             env.close()
-        if hasattr(self.policy, "close"):
-            self.policy.close()
+        self.policy.close()
 
     def _leave(self) -> None:
         if self._group is not None:
             group, self._group = self._group, None
             with contextlib.suppress(RuntimeError):
                 group.abort()
-
-
-def _vllm_policy(config: Config, model_name: str | None):
-    """A worker's vLLM engine, started from `model_name`, and the tokenizer."""
-    from agentgym.policy.vllm import VLLMPolicy, save_model_folder
-
-    model, tokenizer = load_model_and_tokenizer(model_name)
-    tokenizer = apply_chat_template_option(tokenizer, config.model.chat_template)
-    folder = save_model_folder(model, tokenizer)  # the engine starts from it and owns it
-    if config.lora.enabled:  # the engine serves the learner's adapters, by their config
-        model = wrap_lora(model, config)
-    return VLLMPolicy.for_learner(folder, model, tokenizer, config), tokenizer

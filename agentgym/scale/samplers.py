@@ -1,7 +1,9 @@
-"""The samplers a run can have, made from the config: in this process, or on Ray workers.
+"""The samplers a run can have, and its player, made from the config.
 
-`make_sampler` is the one place that reads `distributed.backend`; the training
-loop only sees the `agentgym.rollout.sampler.Sampler` it returns.
+`agentgym.scale.players.make_player` decides who plays an episode; `make_sampler` decides
+where (`distributed.backend`: in this process or on Ray workers; under torchrun, on every
+rank). The training loop only sees the
+`agentgym.rollout.sampler.Sampler` it returns, and held-out evaluation the `Player`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import cast
 
 import gymnasium as gym
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -17,15 +19,15 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from agentgym import records
 from agentgym.config import Config
 from agentgym.env.core import make_env
-from agentgym.policy.base import Policy, SamplingParams
+from agentgym.policy.base import Policy
 from agentgym.policy.hf import HFPolicy
-from agentgym.rollout.episodes import TaskSpec
+from agentgym.rollout.player import Player, Submission
 from agentgym.rollout.sampler import (
     InProcessSampler,
     QueuedSampler,
     Sampler,
     WeightSource,
-    play,
+    play_merged,
 )
 from agentgym.scale import ranks
 from agentgym.scale.ray_rollout import RayRollout, spread_groups
@@ -39,14 +41,8 @@ class RaySampler(QueuedSampler):
         super().__init__()
         self.rollout = rollout
 
-    def _play(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None,
-    ) -> list[Trajectory]:
-        return self.rollout.collect(specs, group_size, params, max_tokens=max_tokens)
+    def _play(self, submission: Submission) -> list[Trajectory]:
+        return self.rollout.collect(submission)
 
     def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
         seconds = self.rollout.load_weights(weights())
@@ -68,18 +64,11 @@ class RankSampler(InProcessSampler):
     their `ranks.follow` loop. Each episode draws from its own random stream (seed, task,
     member, turn), so it does not depend on which rank plays it."""
 
-    def _play(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None,
-    ) -> list[Trajectory]:
-        payload = (list(specs), group_size, params, max_tokens)
+    def _play(self, submission: Submission) -> list[Trajectory]:
         shares = ranks.share_sample(
-            payload, lambda: play_share(self.envs, self.policy, self.tokenizer, payload)
+            submission, lambda: play_share(self.envs, self.policy, self.player, submission)
         )
-        spans = spread_groups(len(specs), ranks.world_size())
+        spans = spread_groups(len(submission.specs), ranks.world_size())
         out = []
         for span, played in zip(spans, shares, strict=True):
             out += [replace(t, group=t.group + span.start) for t in played]
@@ -87,16 +76,14 @@ class RankSampler(InProcessSampler):
 
 
 def play_share(
-    envs: Sequence[gym.Env], policy: Policy, tokenizer: PreTrainedTokenizerBase, payload: Any
+    envs: Sequence[gym.Env], policy: Policy, player: Player, submission: Submission
 ) -> list[Trajectory]:
     """This rank's share of a step's task groups (`spread_groups`), played; their `group`
     numbers count within the share."""
-    specs, group_size, params, max_tokens = payload
-    span = spread_groups(len(specs), ranks.world_size())[ranks.rank()]
+    span = spread_groups(len(submission.specs), ranks.world_size())[ranks.rank()]
     if not len(span):
         return []
-    mine = specs[span.start : span.stop]
-    return play(envs, mine, group_size, policy, tokenizer, params, max_tokens)
+    return play_merged(player, policy, envs, submission.share(span.start, span.stop))
 
 
 def ranks_sample(config: Config) -> bool:
@@ -139,29 +126,23 @@ def make_sampler(
     envs: list[gym.Env],
     policy: Policy,
     tokenizer: PreTrainedTokenizerBase,
+    player: Player,
     start_model: str | None,
     weights: WeightSource,
     learner_model: object = None,
 ) -> Sampler:
     """The run's sampler: `distributed.backend: ray` starts Ray workers that load
-    `start_model` and then `weights()`; otherwise `policy` plays in `envs`
-    (`sampler_envs`; the sampler closes them), refreshing its own copy of the weights
-    when it does not sample with `learner_model`, and under torchrun every rank plays
-    its share (`ranks_sample`). Asynchronous GRPO (`pipeline.max_off_policy_steps`)
-    samples while the learner steps, so a transformers policy of the learner's own model
-    gets a copy of it here (`AheadSampler` wraps what this returns, in `Run`)."""
+    `start_model` and then `weights()`, each with its own player; otherwise `player` plays
+    with `policy` in `envs` (`sampler_envs`; the sampler closes them and the player),
+    refreshing its own copy of the weights when it does not sample with `learner_model`,
+    and under torchrun every rank plays its share (`ranks_sample`). Asynchronous GRPO
+    (`pipeline.max_off_policy_steps`) samples while the learner steps, so a transformers
+    policy of the learner's own model gets a copy of it here (`AheadSampler` wraps what
+    this returns, in `Run`)."""
     if config.distributed.backend == "ray":
+        player.close()  # the workers make their own
         return RaySampler(RayRollout(config, start_model, weights()))
     if ranks_sample(config):
-        return RankSampler(envs, policy, tokenizer)
+        return RankSampler(envs, policy, player)
     policy, copies = own_copy(config, policy, tokenizer, learner_model)
-    run = config.run
-    return InProcessSampler(
-        envs,
-        policy,
-        tokenizer,
-        run.env_step_timeout_s,
-        env_workers=run.env_workers,
-        turn_batching=run.turn_batching,
-        copies_weights=copies,
-    )
+    return InProcessSampler(envs, policy, player, copies_weights=copies)

@@ -17,14 +17,10 @@ whose `error` says which.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from types import ModuleType
 from typing import Any, cast
 
 import gymnasium as gym
@@ -34,9 +30,8 @@ from agentgym.config import Config
 from agentgym.env.core import AgentEnv, Task
 from agentgym.extras import require_serve
 from agentgym.policy.base import Policy, SamplingParams, as_policy
-from agentgym.policy.hf import merged_adapters
-from agentgym.rollout.episodes import TaskSpec, turn_stream, use_chat_template
-from agentgym.rollout.sampler import InProcessSampler, WeightSource
+from agentgym.rollout.episodes import Job, episode_jobs, turn_stream, use_chat_template
+from agentgym.rollout.player import Submission, Versions, import_named
 from agentgym.serve.engine import Engine
 from agentgym.serve.recorder import Sample
 from agentgym.serve.service import ChatService, Episode
@@ -44,8 +39,6 @@ from agentgym.tools import CallAttempt
 from agentgym.types import Completion, Message, ToolCall, Trajectory, Turn
 
 AgentFn = Callable[[Any, "AgentTask"], Awaitable[Any]]
-_Job = tuple[gym.Env, TaskSpec, int, int]
-"""One episode to play: its environment, its task, its group and its member in the group."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +108,7 @@ def load_agent(path: str) -> AgentFn:
             "e.g. my_agents:solve"
         )
     try:
-        module = _import(where)
+        module = import_named(where)
     except (ImportError, OSError) as err:
         raise ValueError(f"run.agent {path!r}: cannot import {where!r}: {err}") from None
     agent = getattr(module, name, None)
@@ -125,18 +118,6 @@ def load_agent(path: str) -> AgentFn:
             "`async def agent(client: openai.AsyncOpenAI, task: AgentTask)`"
         )
     return cast(AgentFn, agent)
-
-
-def _import(where: str) -> ModuleType:
-    if not where.endswith(".py"):
-        return importlib.import_module(where)
-    file = Path(where)
-    spec = importlib.util.spec_from_file_location(f"agentgym_agent_{file.stem}", file)
-    if spec is None or spec.loader is None or not file.is_file():
-        raise ImportError(f"no Python file at {where}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass(frozen=True)
@@ -149,13 +130,10 @@ class AgentOptions:
     tool_format: str = "auto"
     tool_parser: str | None = None
 
-    def player(
-        self, policy: Policy, tokenizer: PreTrainedTokenizerBase, name: str = "agentgym"
-    ) -> AgentPlayer:
-        """A player of the agent with `policy`, served now on a free loopback port."""
+    def player(self, tokenizer: PreTrainedTokenizerBase, name: str = "agentgym") -> AgentPlayer:
+        """A player of the agent; it serves the policy it plays with on a free loopback port."""
         return AgentPlayer(
             load_agent(self.agent),
-            policy,
             tokenizer,
             concurrency=self.concurrency,
             timeout_s=self.timeout_s,
@@ -180,47 +158,12 @@ def agent_options(config: Config) -> AgentOptions | None:
     )
 
 
-class AgentSampler(InProcessSampler):
-    """The in-process sampler with an agent program playing the episodes (`AgentPlayer`);
-    the engine's version follows the weights it is given."""
-
-    def __init__(
-        self,
-        player: AgentPlayer,
-        envs: Sequence[gym.Env],
-        policy: Policy,
-        tokenizer: PreTrainedTokenizerBase,
-        *,
-        copies_weights: bool = False,
-    ):
-        super().__init__(envs, policy, tokenizer, copies_weights=copies_weights)
-        self.player = player
-
-    def _play(
-        self,
-        specs: Sequence[TaskSpec],
-        group_size: int,
-        params: SamplingParams,
-        max_tokens: int | None,
-    ) -> list[Trajectory]:
-        with merged_adapters(self.policy.model):
-            return self.player.collect(
-                self.envs, specs, group_size, self.policy, self.tokenizer, params, max_tokens
-            )
-
-    def load_weights(self, weights: WeightSource, version: int) -> dict[str, float | str]:
-        synced = super().load_weights(weights, version)
-        with self.player.engine.lock:
-            self.player.engine.version = version
-        return synced
-
-    def close(self) -> None:
-        self.player.close()
-        super().close()
-
-
 class AgentPlayer:
-    """Serves `policy` on loopback and plays episodes with `agent` through it.
+    """A `Player` (`agentgym.rollout.player`) whose episodes an agent program plays: it
+    serves the policy it is given on loopback, and the agent calls it.
+
+    The server starts at the first `play` and serves that policy until `close`; a `play`
+    with another policy serves that one instead (a new server).
 
     Args:
         concurrency: Most episodes whose agents run at once (`run.agent_concurrency`).
@@ -230,7 +173,6 @@ class AgentPlayer:
     def __init__(
         self,
         agent: AgentFn,
-        policy: Policy,
         tokenizer: PreTrainedTokenizerBase,
         *,
         concurrency: int = 16,
@@ -239,47 +181,53 @@ class AgentPlayer:
         tool_parser: str | None = None,
         model_name: str = "agentgym",
     ):
+        require_serve("run.agent (the endpoint an agent calls)")
         self.agent, self.tokenizer = agent, tokenizer
         self.concurrency, self.timeout_s = concurrency, timeout_s
-        require_serve("run.agent (the endpoint an agent calls)")
+        self.tool_format, self.tool_parser, self.model_name = tool_format, tool_parser, model_name
+        self._served: Policy | None = None
+
+    def serve(self, policy: Policy) -> None:
+        """Serves `policy` (as given to `play`) on a free loopback port, unless it is served."""
+        if self._served is policy:
+            return
+        self.close()
         from agentgym.serve.app import Server, create_app  # fastapi, uvicorn: `serve` extra
 
         self.engine = Engine(as_policy(policy))
         self.service = ChatService(
-            self.engine, tokenizer, model_name, tool_format=tool_format, tool_parser=tool_parser
+            self.engine,
+            self.tokenizer,
+            self.model_name,
+            tool_format=self.tool_format,
+            tool_parser=self.tool_parser,
         )
         self.server = Server(create_app(self.service)).start()
+        self._served = policy
 
-    def collect(
+    def play(
         self,
-        envs: Sequence[gym.Env],
-        specs: Sequence[TaskSpec],
-        group_size: int,
         policy: Policy,
-        tokenizer: PreTrainedTokenizerBase,
-        params: SamplingParams,
-        max_tokens: int | None = None,
-        env_timeout_s: float | None = None,
-        env_workers: int | None = None,
+        envs: Sequence[gym.Env],
+        submission: Submission,
+        versions: Versions | None = None,
     ) -> list[Trajectory]:
-        """`agentgym.rollout.episodes.collect`'s contract, played by the agent: G episodes
-        of each spec, grouped by task. `policy` and `tokenizer` must be the ones served;
-        `env_workers` is not used (the agents' episodes run `run.agent_concurrency` at once)."""
-        needed = len(specs) * group_size
-        if len(envs) < needed:
-            raise ValueError(f"collect() needs {needed} environments, got {len(envs)}")
-        jobs = [
-            (envs[g * group_size + k], spec, g, k)
-            for g, spec in enumerate(specs)
-            for k in range(group_size)
-        ]
-        # within one collect the weights do not change: a turn continues from its episode's
+        """The submission's episodes, each played by the agent through the endpoint,
+        grouped by task. `versions` is asked once: an agent's episode takes new weights
+        between episodes, not between turns; each request records the version it was
+        sampled with."""
+        self.serve(policy)
+        if versions is not None:
+            with self.engine.lock:
+                self.engine.version = versions()
+        jobs = episode_jobs(envs, submission.specs, submission.group_size)
+        # within one play the weights do not change: a turn continues from its episode's
         # kept keys and values, as in the rollout
         with as_policy(policy).reusing_cache():
-            return asyncio.run(self._play_all(jobs, params, max_tokens))
+            return asyncio.run(self._play_all(jobs, submission.params, submission.max_tokens))
 
     async def _play_all(
-        self, jobs: list[_Job], params: SamplingParams, max_tokens: int | None
+        self, jobs: list[Job], params: SamplingParams, max_tokens: int | None
     ) -> list[Trajectory]:
         limit = asyncio.Semaphore(self.concurrency)
         # every episode is set up first, so that the agents' first requests arrive together
@@ -295,7 +243,7 @@ class AgentPlayer:
         return list(await asyncio.gather(*(one(s) for s in started)))
 
     def _start(
-        self, job: _Job, params: SamplingParams, max_tokens: int | None
+        self, job: Job, params: SamplingParams, max_tokens: int | None
     ) -> _Started | Trajectory:
         """The episode's env reset, its path on the server opened, its task; or, when the
         reset raised, the episode as an unscorable trajectory."""
@@ -350,8 +298,10 @@ class AgentPlayer:
 
     def close(self) -> None:
         """Closes the server (its port) and the engine; the policy is the caller's."""
-        self.server.close()
-        self.engine.close()
+        if self._served is not None:
+            self.server.close()
+            self.engine.close()
+            self._served = None
 
 
 def _reward(
