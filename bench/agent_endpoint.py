@@ -39,7 +39,7 @@ def main() -> None:
     from agentgym.policy.base import SamplingParams
     from agentgym.policy.hf import HFPolicy
     from agentgym.policy.models import load_model_and_tokenizer
-    from agentgym.rollout.episodes import collect
+    from agentgym.rollout.player import Submission, TurnPlayer
     from agentgym.serve.agents import AgentPlayer, load_agent
     from agentgym.types import TaskSpec
 
@@ -48,26 +48,25 @@ def main() -> None:
     policy = HFPolicy(model, tokenizer)
     player = AgentPlayer(
         load_agent("agents:as_the_rollout"),
-        policy,
         tokenizer,
         concurrency=args.tasks * args.group,
         timeout_s=24 * 3600,
     )
     envs = [make_env("tool_call") for _ in range(args.tasks * args.group)]
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, seed=0)
-    sides = {"in-process rollout": collect, "agent through the endpoint": player.collect}
+    sides = {"in-process rollout": TurnPlayer(tokenizer), "agent through the endpoint": player}
     tokens = dict.fromkeys(sides, 0)
     seconds = dict.fromkeys(sides, 0.0)
     try:
-        for play in sides.values():  # warm-up, not counted: first calls pay one-off costs
-            warm = [TaskSpec(seed=10**6 + t) for t in range(args.tasks)]
-            play(envs, warm, args.group, policy, tokenizer, params, 4096)
+        for side in sides.values():  # warm-up, not counted: first calls pay one-off costs
+            warm = tuple(TaskSpec(seed=10**6 + t) for t in range(args.tasks))
+            side.play(policy, envs, Submission(warm, args.group, params, 4096))
         for r in range(args.rounds):
-            specs = [TaskSpec(seed=1000 * r + t) for t in range(args.tasks)]
+            specs = tuple(TaskSpec(seed=1000 * r + t) for t in range(args.tasks))
             order = list(sides.items()) if r % 2 == 0 else list(sides.items())[::-1]
-            for name, play in order:
+            for name, side in order:
                 start = time.perf_counter()
-                played = play(envs, specs, args.group, policy, tokenizer, params, 4096)
+                played = side.play(policy, envs, Submission(specs, args.group, params, 4096))
                 seconds[name] += time.perf_counter() - start
                 tokens[name] += sum(t.completion_length for t in played)
                 errors = [t.error for t in played if t.error]

@@ -12,6 +12,13 @@ same. `--compare A.json B.json` says which entries differ.
 - `matrix`: tiny-random on `cli_envs/Digits-v0` in four configurations: LoRA and full
   fine-tuning, each once with a user reward function (`reward_fns_fixture:digit_share`)
   and one task per step, once with a length penalty and two tasks per step.
+- `async`: `tiny`'s GRPO run asynchronous (`pipeline.max_off_policy_steps=1`); plus held-out
+  evaluations on `cli_envs/TaughtDigits-v0` during an asynchronous run in a second run.
+- `agent`: the agent program `docs/tool_agent.py:agent` on `tool_call` and tiny-random,
+  played through the endpoint, with held-out evaluations; `digit_share` as a reward
+  function, for `tool_call`'s own reward is the same for each of a random model's replies.
+- `ray`: tiny-random on `cli_envs/Digits-v0` with its rollouts on two Ray workers (the CLI
+  starts a local Ray on the machine's CPUs).
 - `default`: the default run (`configs/tool_call.yaml`, the embedded model) cut to its
   first 3 GRPO steps.
 """
@@ -27,7 +34,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-TIMING = {"step_seconds", "rollout_seconds", "tokens_per_second"}
+TIMING = {
+    "step_seconds", "rollout_seconds", "tokens_per_second",
+    "rollout/weight_sync_seconds", "rollout/sync_seconds",
+}  # fmt: skip
 TINY = [
     "--env", "cli_envs:cli_envs/Digits-v0", "--model", "tiny-random",
     "--set", "lora.enabled=true", "--set", "lora.r=4", "--set", "optim.lr=5e-3",
@@ -50,10 +60,8 @@ BASE = [
 ]  # fmt: skip
 LORA = ["--set", "lora.enabled=true", "--set", "lora.r=4"]
 FULL = ["--set", "lora.enabled=false"]
-REWARD_ONE = [
-    "--set", "rewards.functions=[{fn: 'reward_fns_fixture:digit_share', weight: 0.5}]",
-    "--set", "grpo.tasks_per_step=1",
-]  # fmt: skip
+DIGIT_SHARE = ["--set", "rewards.functions=[{fn: 'reward_fns_fixture:digit_share', weight: 0.5}]"]
+REWARD_ONE = [*DIGIT_SHARE, "--set", "grpo.tasks_per_step=1"]
 PENALTY_TWO = ["--set", "grpo.length_penalty=0.01", "--set", "grpo.tasks_per_step=2"]
 MATRIX = {
     "lora_reward_one": [*BASE, *LORA, *REWARD_ONE],
@@ -61,10 +69,29 @@ MATRIX = {
     "full_reward_one": [*BASE, *FULL, *REWARD_ONE],
     "full_penalty_two": [*BASE, *FULL, *PENALTY_TWO],
 }
+ASYNC = [*TINY, "--set", "pipeline.max_off_policy_steps=1"]
+ASYNC_EVAL = [
+    *ASYNC, "--env", "cli_envs:cli_envs/TaughtDigits-v0", "--set", "eval.every=2",
+    "--set", "eval.tasks=2", "--set", "eval.report_tasks=2", "--set", "eval.n=2",
+]  # fmt: skip
+AGENT = [
+    "--env", "tool_call", "--model", "tiny-random", "--agent", "docs/tool_agent.py:agent",
+    "--set", "grpo.tasks_per_step=2", "--set", "grpo.group_size=2",
+    "--set", "sampling.max_new_tokens=16", "--set", "run.steps=3", "--set", "run.save_every=2",
+    "--set", "eval.every=2", "--set", "eval.tasks=2", "--set", "eval.report_tasks=0",
+    "--set", "run.report_to=[]", "--set", "optim.lr=5e-3", *DIGIT_SHARE,
+]  # fmt: skip
+RAY = [
+    *BASE, "--set", "grpo.tasks_per_step=3", "--set", "distributed.backend=ray",
+    "--set", "distributed.rollout_workers=2",
+]  # fmt: skip
 DEFAULT = ["--env", "tool_call", "--config", "configs/tool_call.yaml", "--set", "run.steps=3"]
 RUNS = {
     "tiny": {"grpo": TINY, "sft_eval": TINY_SFT_EVAL},
     "matrix": MATRIX,
+    "async": {"grpo": ASYNC, "eval": ASYNC_EVAL},
+    "agent": {"agent": AGENT},
+    "ray": {"ray": RAY},
     "default": {"default": DEFAULT},
 }
 

@@ -34,6 +34,7 @@ from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
 from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.rollout.player import Submission
 from agentgym.run.preflight import require_ray
 from agentgym.scale.ray_rollout import RayRollout
 
@@ -74,10 +75,10 @@ def run(args) -> None:
             config.distributed.rollout_workers = workers
             rollout = RayRollout(config, args.model, weights)
             try:
-                rollout.collect(specs, g, warm)
+                rollout.collect(Submission(tuple(specs), g, warm))
                 start = time.perf_counter()
                 played[f"ray x{workers}"] = rollout.collect(
-                    specs, g, params, max_tokens=args.max_episode_tokens
+                    Submission(tuple(specs), g, params, args.max_episode_tokens)
                 )
                 seconds[f"ray x{workers}"].append(time.perf_counter() - start)
                 if workers == 1:

@@ -40,7 +40,7 @@ class StubWorker:
         self._act("load_weights")
         return self.incarnation, None
 
-    def collect(self, specs, group_size, params, max_tokens):
+    def collect(self, submission):
         self._act("collect")
         return self.incarnation, []
 

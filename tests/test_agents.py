@@ -25,7 +25,9 @@ from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout.episodes import collect, use_chat_template
-from agentgym.serve.agents import AgentPlayer, AgentSampler, load_agent
+from agentgym.rollout.player import Submission
+from agentgym.rollout.sampler import InProcessSampler
+from agentgym.serve.agents import AgentPlayer, load_agent
 from agentgym.types import TaskSpec, Trajectory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,10 +50,10 @@ def _play(agent: str, policy, tokenizer, specs, group=1, *, env="tool_call", **o
     """The agent's episodes of `specs`, and the player's port (closed on return)."""
     env_kwargs = options.pop("env_kwargs", {})
     params = options.pop("params", SamplingParams(max_new_tokens=24, seed=5))
-    player = AgentPlayer(load_agent(agent), policy, tokenizer, **options)
+    player = AgentPlayer(load_agent(agent), tokenizer, **options)
     try:
         envs = [make_env(env, **env_kwargs) for _ in range(len(specs) * group)]
-        played = player.collect(envs, specs, group, policy, tokenizer, params, max_tokens=4096)
+        played = player.play(policy, envs, Submission(tuple(specs), group, params, 4096))
     finally:
         player.close()
     return played, player.server.port
@@ -144,15 +146,15 @@ def test_the_registered_turn_limit_ends_an_agents_episode_as_it_ends_the_rollout
 def test_the_sampler_keeps_exactly_what_the_server_sampled_with_its_version(tiny):
     model, tokenizer = tiny
     policy = Recording(HFPolicy(model, tokenizer))
-    player = AgentPlayer(load_agent("agents:summarising"), policy, tokenizer)
+    player = AgentPlayer(load_agent("agents:summarising"), tokenizer)
     envs = [make_env("tool_call") for _ in range(4)]
-    sampler = AgentSampler(player, envs, policy, tokenizer)
+    sampler = InProcessSampler(envs, policy, player)
     try:
         params = SamplingParams(max_new_tokens=8, seed=3)
         for version in (0, 3):
             sampler.load_weights(lambda: iter(()), version)
             policy.calls.clear()
-            sampler.submit([TaskSpec(seed=1), TaskSpec(seed=2)], 2, params)
+            sampler.submit(Submission((TaskSpec(seed=1), TaskSpec(seed=2)), 2, params))
             played = sampler.poll(wait=True)
             assert [t.group for t in played] == [0, 0, 1, 1]
             generated = {tuple(p) + g.ids: g for p, g in policy.calls}

@@ -29,6 +29,7 @@ from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout.ahead import AheadSampler
+from agentgym.rollout.player import Submission, TurnPlayer
 from agentgym.rollout.sampler import InProcessSampler
 from agentgym.types import Message, TaskSpec
 
@@ -96,11 +97,11 @@ def test_the_sampler_plays_the_next_step_while_the_learner_steps(tmp_path, monke
     plays, begun = [], threading.Condition()
     real_play, real_update = InProcessSampler._play, train_module.update
 
-    def play(self, *args, **kwargs):
+    def play(self, submission):
         with begun:
             plays.append(threading.current_thread().name)
             begun.notify_all()
-        return real_play(self, *args, **kwargs)
+        return real_play(self, submission)
 
     def update(record, *args, **kwargs):
         if record.step < STEPS:
@@ -124,9 +125,9 @@ def test_an_async_run_does_not_depend_on_timing(tmp_path, monkeypatch):
     assert main([*_async(2), "--output", str(first)]) == 0
     real_play = InProcessSampler._play
 
-    def slow_play(self, *args, **kwargs):
+    def slow_play(self, submission):
         time.sleep(0.5)
-        return real_play(self, *args, **kwargs)
+        return real_play(self, submission)
 
     monkeypatch.setattr(InProcessSampler, "_play", slow_play)
     assert main([*_async(2), "--output", str(second)]) == 0
@@ -191,7 +192,7 @@ def test_async_where_it_cannot_be_played_is_refused_naming_the_option():
 
 
 def test_an_error_while_playing_ahead_reaches_the_loop(tmp_path, monkeypatch):
-    def broken(self, *args, **kwargs):
+    def broken(self, submission):
         raise RuntimeError("the sampler broke")
 
     monkeypatch.setattr(InProcessSampler, "_play", broken)
@@ -311,17 +312,17 @@ def test_partial_rollouts_take_new_weights_between_turns_recomputing_the_cache(m
         model = wrap_lora(model, Config.model_validate({"lora": {"enabled": True, "r": 4}}))
     own = HFPolicy(copy.deepcopy(model), tokenizer)
     envs = [GatedTwoTurnEnv() for _ in range(4)]
-    inner = InProcessSampler(envs, own, tokenizer, copies_weights=True)
+    inner = InProcessSampler(envs, own, TurnPlayer(tokenizer), copies_weights=True)
     sampler = AheadSampler(inner, 1, partial_rollouts=True)
     params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=5)
     try:
-        sampler.submit([TaskSpec(seed=1), TaskSpec(seed=2)], 2, params)
+        sampler.submit(Submission((TaskSpec(seed=1), TaskSpec(seed=2)), 2, params))
         first = sampler.poll(wait=True)
         assert {v for t in first for v in t.token_versions if v >= 0} == {0}
         gate = threading.Event()
         monkeypatch.setattr(GatedTwoTurnEnv, "gate", gate)
         monkeypatch.setattr(GatedTwoTurnEnv, "arrived", threading.Event())
-        sampler.submit([TaskSpec(seed=3), TaskSpec(seed=4)], 2, params)
+        sampler.submit(Submission((TaskSpec(seed=3), TaskSpec(seed=4)), 2, params))
         assert GatedTwoTurnEnv.arrived.wait(60)  # the first turn is sampled and at its tool
         torch.manual_seed(0)
         new = [
@@ -370,23 +371,23 @@ def _play_around_evaluations(evaluate: bool) -> list[tuple]:
     zeros = [(n, torch.zeros_like(p)) for n, p in trainable]
     own = HFPolicy(copy.deepcopy(model), tokenizer)
     envs = [GatedTwoTurnEnv() for _ in range(4)]
-    inner = InProcessSampler(envs, own, tokenizer, copies_weights=True)
+    inner = InProcessSampler(envs, own, TurnPlayer(tokenizer), copies_weights=True)
     sampler = AheadSampler(inner, 1, start=lambda: trainable)
     params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=5)
     played = []
     try:
-        sampler.submit([TaskSpec(seed=1), TaskSpec(seed=2)], 2, params)
+        sampler.submit(Submission((TaskSpec(seed=1), TaskSpec(seed=2)), 2, params))
         played += sampler.poll(wait=True)
         for step, seeds in ((2, (3, 4)), (3, (5, 6))):
             if step == 3:
                 sampler.load_weights(lambda: version_1, 1)
-            specs = [TaskSpec(seed=s) for s in seeds]
+            specs = tuple(TaskSpec(seed=s) for s in seeds)
             if not evaluate:
-                sampler.submit(specs, 2, params)
+                sampler.submit(Submission(specs, 2, params))
             else:
                 with sampler.paused():
                     sampler.policy.load_weights(zeros)
-                    sampler.submit(specs, 2, params)
+                    sampler.submit(Submission(specs, 2, params))
                     time.sleep(0.5)  # a thread that ignored the pause would have begun
                     assert sampler.poll(wait=False) == []
                     assert sampler.version == 0  # the weights of version 1 are not in yet

@@ -207,11 +207,11 @@ def reached_eval(monkeypatch):
 
     seen, real_run = [], command.run_eval
 
-    def run_eval(config, *, k, baseline, output):
+    def run_eval(config, *, k, baseline, output, players):
         seen.append({"k": k, "config": config.model_dump()})
-        return real_run(config, k=k, baseline=baseline, output=output)
+        return real_run(config, k=k, baseline=baseline, output=output, players=players)
 
-    def from_config(config, ids, tokenizer, *, n):
+    def from_config(config, ids, tokenizer, *, n, player=None):
         seen[-1]["n"] = n
         raise _Reached
 

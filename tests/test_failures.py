@@ -28,6 +28,7 @@ from agentgym.policy.base import Generation, SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.rollout.player import TurnPlayer
 from agentgym.rollout.sampler import InProcessSampler
 from agentgym.run.record import step_metrics
 from agentgym.run.resume import Progress, Trainer
@@ -290,8 +291,9 @@ def test_a_train_step_counts_the_failures_and_logs_their_first_messages(tiny, tm
     learner = Learner(copy.deepcopy(model), config)
     policy = HFPolicy(learner.model, tokenizer)
     trainer = Trainer(learner, tokenizer, np.random.default_rng(0), Progress())
+    sampler = InProcessSampler(envs, policy, TurnPlayer(tokenizer))
     with RewardFunctions(config.rewards) as fns:
-        record = train_step(config, trainer, InProcessSampler(envs, policy, tokenizer), fns)
+        record = train_step(config, trainer, sampler, fns)
     trajs, metrics = record.trajectories, step_metrics(record, learner.beta, 0.0)
     assert [t.scorable for t in trajs] == [True, False, False, True]
     assert metrics["env/errors"] == 1.0

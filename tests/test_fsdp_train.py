@@ -172,11 +172,11 @@ def test_fsdp_under_torchrun_refuses_what_it_does_not_run_with(monkeypatch, fiel
     config = load_config(overrides={"distributed.learner": "fsdp", field: value})
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match=rf"{field} must be '\w+' \(got '{value}'\)"):
-        preflight.check_fsdp(config)
+        preflight.check_torchrun(config)
     monkeypatch.setenv("WORLD_SIZE", "1")  # one process: the plain learner, nothing to refuse
-    preflight.check_fsdp(config)
+    preflight.check_torchrun(config)
     monkeypatch.setenv("WORLD_SIZE", "2")
-    preflight.check_fsdp(load_config(overrides={field: value}))  # ddp
+    preflight.check_torchrun(load_config(overrides={field: value}))  # ddp
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from agentgym.env.core import make_env
 from agentgym.learn.lora import wrap_lora as _wrap_lora
 from agentgym.policy.base import Generation
 from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.rollout.player import TurnPlayer
 from agentgym.rollout.sampler import InProcessSampler
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.run.record import step_metrics
@@ -161,7 +162,7 @@ def test_a_length_penalty_lowers_the_rewards_advantages_are_computed_from(tiny, 
     policy = ScriptedFakePolicy(tokenizer, learner.model)
     envs = [make_env("math") for _ in range(4)]
     try:
-        sampler = InProcessSampler(envs, policy, tokenizer)
+        sampler = InProcessSampler(envs, policy, TurnPlayer(tokenizer))
         record, metrics = _train_step(config, sampler, learner, tokenizer)
         trajectories = record.trajectories
     finally:
@@ -184,7 +185,7 @@ class ReplayingFakeSampler:
     def __init__(self, trajectories):
         self.trajectories = trajectories
 
-    def submit(self, specs, group_size, params, max_tokens=None):
+    def submit(self, submission):
         pass
 
     def poll(self, wait=True):

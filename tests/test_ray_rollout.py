@@ -26,6 +26,7 @@ from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy, merged_adapters
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rollout.episodes import TaskSpec, collect
+from agentgym.rollout.player import Submission
 from agentgym.run.interrupt import TrainingError
 from agentgym.run.preflight import require_ray
 from agentgym.scale import ray_rollout
@@ -34,7 +35,7 @@ from agentgym.sync import collective
 from agentgym.sync.collective import SyncGroup
 
 TESTS = Path(__file__).parent
-SPECS = [TaskSpec(seed=11), TaskSpec(seed=12), TaskSpec(seed=13)]  # 2 + 1 over 2 workers
+SPECS = (TaskSpec(seed=11), TaskSpec(seed=12), TaskSpec(seed=13))  # 2 + 1 over 2 workers
 PARAMS = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5)
 
 
@@ -74,6 +75,11 @@ def _in_process(config: Config, model, tokenizer, env: str | None = None):
     with merged_adapters(model):
         return collect(envs, SPECS, g, HFPolicy(model, tokenizer), tokenizer, PARAMS,
                        max_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+
+
+def _step(config: Config) -> Submission:
+    """A step's submission of `SPECS`, as the training loop makes it from `config`."""
+    return Submission(SPECS, config.grpo.group_size, PARAMS, config.sampling.max_episode_tokens)
 
 
 def _assert_same(ours, theirs) -> None:
@@ -121,8 +127,7 @@ def test_two_ray_workers_play_exactly_the_in_process_trajectories(ray_local):
     weights = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     rollout = RayRollout(config, "tiny-random", weights)
     try:
-        played = rollout.collect(SPECS, config.grpo.group_size, PARAMS,
-                                 max_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+        played = rollout.collect(_step(config))
         assert [t.group for t in played] == [0, 0, 1, 1, 2, 2]
         _assert_same(played, expected)
         assert rollout.restarts == 0
@@ -139,8 +144,7 @@ def test_a_worker_that_dies_mid_rollout_is_restarted_and_replays_its_groups(ray_
     weights = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     rollout = RayRollout(config, "tiny-random", weights)
     try:
-        played = rollout.collect(SPECS, config.grpo.group_size, PARAMS,
-                                 max_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+        played = rollout.collect(_step(config))
         assert marker.exists() and rollout.restarts == 1
         # the restarted worker got the current weights before it played its groups again
         digits = "cli_envs:cli_envs/Digits-v0"
@@ -159,7 +163,7 @@ def test_a_worker_dying_past_max_worker_restarts_stops_with_a_clear_error(ray_lo
     rollout = RayRollout(config, "tiny-random", [])
     try:
         with pytest.raises(TrainingError, match=r"distributed\.max_worker_restarts=0"):
-            rollout.collect(SPECS, config.grpo.group_size, PARAMS)
+            rollout.collect(Submission(SPECS, config.grpo.group_size, PARAMS))
     finally:
         rollout.close()
 
@@ -197,7 +201,7 @@ def _stub_rollout(folder: Path, monkeypatch, timeout_s: float, weights=()) -> Ra
                                      "distributed.worker_timeout_s": 120})  # fmt: skip
     rollout = RayRollout(config, None, weights)
     assert rollout.timeout_s == 120  # distributed.worker_timeout_s
-    assert rollout.collect(SPECS[:2], 2, PARAMS) == []  # one group each
+    assert rollout.collect(Submission(SPECS[:2], 2, PARAMS)) == []  # one group each
     rollout.timeout_s = timeout_s
     return rollout
 
@@ -216,7 +220,7 @@ def test_a_worker_whose_batch_hangs_stops_the_run_naming_it_within_the_timeout(
             _within(ray_local, rollout, 60),
             pytest.raises(TrainingError, match=WORKER_1 + "its rollout batch within 2 s"),
         ):
-            rollout.collect([TaskSpec(seed=1)], 2, PARAMS)  # one group: worker 1's
+            rollout.collect(Submission((TaskSpec(seed=1),), 2, PARAMS))  # one group: worker 1's
         assert time.monotonic() - begun < 10
     finally:
         rollout.close()
@@ -238,7 +242,7 @@ def test_a_restarted_worker_that_hangs_stops_the_run_naming_it(
             _within(ray_local, rollout, 60),
             pytest.raises(TrainingError, match=f"{WORKER_1}{call} within 10 s"),
         ):
-            rollout.collect([TaskSpec(seed=1)], 2, PARAMS)
+            rollout.collect(Submission((TaskSpec(seed=1),), 2, PARAMS))
         assert not (tmp_path / "crash-collect").exists()  # it did die
     finally:
         rollout.close()
@@ -279,8 +283,7 @@ def test_a_collective_sync_gives_both_workers_exactly_the_learners_weights(ray_l
         assert rollout.load_weights(weights) > 0
         assert rollout.sync_path == "collective (gloo)"
         _assert_workers_hold(rollout, weights)
-        played = rollout.collect(SPECS, config.grpo.group_size, PARAMS,
-                                 max_tokens=config.sampling.max_episode_tokens)  # fmt: skip
+        played = rollout.collect(_step(config))
         _assert_same(played, _in_process(config, model, tokenizer))
         assert rollout.restarts == 0 and rollout.collective_failures == 0
     finally:

@@ -190,7 +190,7 @@ def test_collect_needs_an_environment_per_episode():
     envs = [ScriptedEnv([LAST]) for _ in range(3)]
     specs = [TaskSpec(task_id="a"), TaskSpec(task_id="b")]
     policy = ScriptedPolicy([("hi", "stop")])
-    with pytest.raises(ValueError, match="^collect\\(\\) needs 4 environments, got 3$"):
+    with pytest.raises(ValueError, match="^playing needs 4 environments, got 3$"):
         collect(envs, specs, 2, policy, TOKENIZER, SamplingParams())
 
 

@@ -12,6 +12,7 @@ from agentgym.env.core import make_env
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.rollout.episodes import TaskSpec
+from agentgym.rollout.player import Submission, TurnPlayer
 from agentgym.rollout.sampler import InProcessSampler
 from agentgym.scale.samplers import make_sampler
 
@@ -26,9 +27,9 @@ def _moved(model) -> dict[str, torch.Tensor]:
 def test_poll_without_wait_plays_nothing_and_with_wait_plays_what_was_submitted(tiny):
     model, tokenizer = tiny
     envs = [make_env("math") for _ in range(2)]
-    sampler = InProcessSampler(envs, HFPolicy(model, tokenizer), tokenizer)
+    sampler = InProcessSampler(envs, HFPolicy(model, tokenizer), TurnPlayer(tokenizer))
     try:
-        sampler.submit([TaskSpec(seed=1)], 2, PARAMS)
+        sampler.submit(Submission((TaskSpec(seed=1),), 2, PARAMS))
         assert sampler.poll(wait=False) == []  # it plays only when waited on
         played = sampler.poll(wait=True)
         assert [(t.group, t.task_id == played[0].task_id) for t in played] == [(0, True)] * 2
@@ -47,12 +48,14 @@ def test_a_policy_with_its_own_copy_gets_the_weights_and_one_on_the_learner_s_mo
         calls.append(1)
         return weights.items()
 
-    own = InProcessSampler([], HFPolicy(copy_model, tokenizer), tokenizer, copies_weights=True)
+    own = InProcessSampler(
+        [], HFPolicy(copy_model, tokenizer), TurnPlayer(tokenizer), copies_weights=True
+    )
     figures = own.load_weights(source, 5)
     assert own.version == 5 and calls == [1] and set(figures) == {"rollout/weight_sync_seconds"}
     assert all(torch.equal(p, weights[n]) for n, p in copy_model.named_parameters())
 
-    shared = InProcessSampler([], HFPolicy(learner_model, tokenizer), tokenizer)
+    shared = InProcessSampler([], HFPolicy(learner_model, tokenizer), TurnPlayer(tokenizer))
     assert shared.load_weights(source, 6) == {} and shared.version == 6
     assert calls == [1]  # never asked for the weights: it samples with the learner's model
 
@@ -63,5 +66,6 @@ def test_make_sampler_copies_exactly_when_the_policy_is_not_on_the_learner_s_mod
     other = copy.deepcopy(model)
     for policy_model, copies in ((model, False), (other, True)):
         policy = HFPolicy(policy_model, tokenizer)
-        sampler = make_sampler(config, [], policy, tokenizer, None, lambda: [], model)
+        player = TurnPlayer(tokenizer)
+        sampler = make_sampler(config, [], policy, tokenizer, player, None, lambda: [], model)
         assert isinstance(sampler, InProcessSampler) and sampler.copies_weights is copies

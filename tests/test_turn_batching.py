@@ -165,7 +165,7 @@ def test_stacked_rows_are_left_padded_and_drop_columns_no_row_attends():
     assert cache.get_seq_length() == 4
 
 
-def test_a_policy_without_a_turn_stream_or_with_partial_rollouts_is_refused(tiny):
+def test_a_policy_without_a_turn_stream_is_refused(tiny):
     policy, tokenizer = tiny
 
     class Plain:
@@ -179,12 +179,36 @@ def test_a_policy_without_a_turn_stream_or_with_partial_rollouts_is_refused(tiny
         ValueError, match=r"turn_batching 'continuous' needs a policy with a turn_stream"
     ):
         collect(envs, SPECS[:1], 2, Plain(), tokenizer, PARAMS, turn_batching="continuous")
-    with pytest.raises(
-        ValueError,
-        match="turn_version \\(partial rollouts\\) goes with turn_batching 'barrier' only",
-    ):
-        collect(envs, SPECS[:1], 2, policy, tokenizer, PARAMS, turn_version=lambda: 0,
-                turn_batching="ordered")  # fmt: skip
+
+
+@pytest.mark.parametrize("turn_batching", ["continuous", "ordered"])
+def test_a_turn_version_is_asked_as_each_turn_joins_the_batch(tiny, turn_batching):
+    """Partial rollouts are refused with shared turns by the config (below), not by
+    `collect`: with a `turn_version` each turn records the version asked as it joined."""
+    policy, tokenizer = tiny
+    asked = []
+
+    def turn_version() -> int:
+        asked.append(1)
+        return len(asked)
+
+    envs = [ManyTurnEnv() for _ in range(2 * 3)]
+    played = collect(envs, SPECS[:3], 2, policy, tokenizer, PARAMS, turn_version=turn_version,
+                     turn_batching=turn_batching)  # fmt: skip
+    spans = [span for t in played for span in t.turn_spans]
+    assert len(asked) == len(spans) > len(played)  # once a turn, and some episode had two
+    seen = []
+    for t in played:
+        assert len(t.token_versions) == len(t.tokens)
+        sampled = {i for a, b in t.turn_spans for i in range(a, b)}
+        assert all(v == -1 for i, v in enumerate(t.token_versions) if i not in sampled)
+        for a, b in t.turn_spans:
+            (version,) = set(t.token_versions[a:b])
+            seen.append(version)
+        assert [t.token_versions[a] for a, _ in t.turn_spans] == sorted(
+            t.token_versions[a] for a, _ in t.turn_spans
+        )  # an episode's later turn joined later
+    assert sorted(seen) == list(range(1, len(asked) + 1))  # each turn its own answer
 
 
 @pytest.mark.parametrize(

@@ -22,10 +22,11 @@ from agentgym.learn.lora import wrap_lora as _wrap_lora  # noqa: E402
 from agentgym.policy.base import SamplingParams  # noqa: E402
 from agentgym.policy.models import load_model_and_tokenizer  # noqa: E402
 from agentgym.rollout.episodes import TaskSpec  # noqa: E402
+from agentgym.rollout.player import Submission  # noqa: E402
 from agentgym.scale.ray_rollout import RayRollout  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-SPECS = [TaskSpec(seed=3)]
+SPECS = (TaskSpec(seed=3),)
 PARAMS = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5)
 MAX_TOKENS = 1024
 LOGPROB_TOLERANCE = 1e-3
@@ -84,7 +85,7 @@ def test_a_vllm_ray_worker_samples_with_the_weights_each_sync_path_sent(ray_loca
                     p.copy_(torch.randn(p.shape, generator=generator) * 0.1)
 
     def play(label: str) -> list[tuple[int, ...]]:
-        played = rollout.collect(SPECS, 2, PARAMS, max_tokens=MAX_TOKENS)
+        played = rollout.collect(Submission(SPECS, 2, PARAMS, MAX_TOKENS))
         _assert_well_formed(played, 2)
         gap = max(_teacher_forced_gap(model, t) for t in played)
         print(f"{label}: largest logprob gap to transformers {gap:.2e}")
