@@ -112,7 +112,7 @@ def test_eval_places_the_model_and_the_baseline_it_loaded(tmp_path, monkeypatch)
 
 def test_sft_places_the_model_it_loaded_and_saves_its_bf16_weights(tmp_path, monkeypatch):
     placements, loads = Placements(), Loads()
-    monkeypatch.setattr(sft, "place", placements)
+    monkeypatch.setattr(models, "place", placements)
     monkeypatch.setattr(models, "load_model_and_tokenizer", loads)
     argv = ["sft", "--env", "tool_call", "--model", "tiny-random", "--steps", "1", *SMALL_SFT]
     sets = ["--set", "model.device=meta", "--set", "model.precision=bf16"]
@@ -125,7 +125,7 @@ def test_sft_places_the_model_it_loaded_and_saves_its_bf16_weights(tmp_path, mon
 
 def test_train_places_the_model_it_loaded_on_the_configured_device(tmp_path, monkeypatch):
     placements, loads = Placements(), Loads()
-    monkeypatch.setattr(sft, "place", placements)  # train places as SFT does: sft.on_device
+    monkeypatch.setattr(models, "place", placements)  # train places as SFT does: on_device
     monkeypatch.setattr(models, "load_model_and_tokenizer", loads)
     argv = ["train", "--env", "tool_call", "--model", "tiny-random", "--steps", "1", *SMALL_TRAIN]
     sets = ["--set", "model.device=meta", "--set", "model.attn_implementation=eager"]
@@ -137,13 +137,13 @@ def test_train_places_the_model_it_loaded_on_the_configured_device(tmp_path, mon
 
 def test_on_device_places_and_turns_on_checkpointing_when_asked(tiny, monkeypatch):
     placements = Placements()
-    monkeypatch.setattr(sft, "place", placements)
+    monkeypatch.setattr(models, "place", placements)
     model = copy.deepcopy(tiny[0])
     config = _config(**{"model.device": "cuda:1"})
-    assert sft.on_device(model, config) is model
+    assert models.on_device(model, config) is model
     assert placements.calls == [(model, torch.device("cuda", 1))]
     assert not _checkpointing(model)
-    sft.on_device(model, _config(**{"model.gradient_checkpointing": True}))
+    models.on_device(model, _config(**{"model.gradient_checkpointing": True}))
     assert _checkpointing(model)
 
 
@@ -231,7 +231,7 @@ def _learner_grads(model, config, batch, checkpointing: bool):
     """The gradient a learner step hands the optimizer, and how many times the MLPs ran."""
     model = copy.deepcopy(model)
     if checkpointing:
-        sft.enable_gradient_checkpointing(model, lora=config.lora.enabled)
+        models.enable_gradient_checkpointing(model, lora=config.lora.enabled)
     runs = []
     for layer in model.model.layers:
         # a pre-hook: the recomputation stops inside the MLP once it has what backward needs
@@ -297,7 +297,7 @@ def test_a_checkpointed_sft_step_has_the_same_gradient(tiny, monkeypatch, lora):
     assert shared_prefix_length(shared) >= MIN_SHARED_PREFIX  # a system prompt to share
     plain = _sft_grads(copy.deepcopy(model), tokenizer, _config(**common), monkeypatch)
     checkpointed_model = copy.deepcopy(model)
-    sft.enable_gradient_checkpointing(checkpointed_model, lora=lora)
+    models.enable_gradient_checkpointing(checkpointed_model, lora=lora)
     assert _checkpointing(checkpointed_model)
     config = _config(**common, **{"model.gradient_checkpointing": True})
     checkpointed = _sft_grads(checkpointed_model, tokenizer, config, monkeypatch)

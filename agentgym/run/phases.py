@@ -16,13 +16,13 @@ from agentgym.eval.console import Stages, print_report
 from agentgym.eval.heldout import HeldOut, TaskResult
 from agentgym.eval.report import build_report, write_report
 from agentgym.policy.hf import HFPolicy
-from agentgym.policy.models import load_configured, resolve_model_name
+from agentgym.policy.models import load_configured, on_device, resolve_model_name
 from agentgym.run.checkpoint import BEST, save_checkpoint
 from agentgym.run.interrupt import StopRequest
 from agentgym.run.record import evaluate
 from agentgym.run.resume import load_trainable
 from agentgym.run.setup import Run
-from agentgym.run.sft import long_config, on_device, warm_up
+from agentgym.run.sft import long_config, warm_up
 from agentgym.scale import ranks
 
 logger = logging.getLogger(__name__)

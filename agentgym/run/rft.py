@@ -45,7 +45,7 @@ from agentgym.eval.console import Stages
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.backend import engine_folder, make_policy
 from agentgym.policy.base import Policy
-from agentgym.policy.models import load_configured
+from agentgym.policy.models import load_configured, on_device
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rewards.score import score
 from agentgym.rollout.sampler import Sampler, WeightSource
@@ -53,7 +53,7 @@ from agentgym.run import preflight
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.run.interrupt import StopRequest, TrainingError
 from agentgym.run.setup import sampling_params, seed_everything, task_specs
-from agentgym.run.sft import on_device, sft_optimizer, sft_step
+from agentgym.run.sft import sft_optimizer, sft_step
 from agentgym.scale import ranks
 from agentgym.scale.samplers import make_sampler, sampler_envs
 from agentgym.types import StepRecord, Trajectory

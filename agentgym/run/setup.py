@@ -26,7 +26,7 @@ from agentgym.learn.learner import Learner
 from agentgym.policy.backend import engine_folder, make_policy
 from agentgym.policy.base import Policy, SamplingParams
 from agentgym.policy.hf import HFPolicy
-from agentgym.policy.models import load_configured
+from agentgym.policy.models import load_configured, on_device
 from agentgym.records import CheckpointState
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.ahead import AheadSampler
@@ -36,7 +36,6 @@ from agentgym.run.checkpoint import read_trainer
 from agentgym.run.doctor import check_env_template
 from agentgym.run.resume import Progress, Trainer, learner_for, restore, resume_state
 from agentgym.run.runlog import RunLog, truncate_logs
-from agentgym.run.sft import on_device
 from agentgym.scale import ranks
 from agentgym.scale.samplers import (
     make_sampler,

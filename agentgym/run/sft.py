@@ -26,7 +26,7 @@ from agentgym.env.core import AgentEnv, make_env
 from agentgym.learn.logprobs import Prefix, backward_micro_batches, token_logprobs
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams
-from agentgym.policy.models import load_configured, place
+from agentgym.policy.models import load_configured, on_device
 from agentgym.policy.turn_end import find_turn_end
 from agentgym.rollout.episodes import TaskSpec, collect, use_chat_template
 from agentgym.run.checkpoint import save_checkpoint
@@ -86,32 +86,6 @@ def sft_loss(
     rows run as one sequence, without padding)."""
     logp, _ = token_logprobs(model, batch, 1.0, prefix, share_prefix, packed)
     return -(logp * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
-
-
-def enable_gradient_checkpointing(model: PreTrainedModel, *, lora: bool) -> None:
-    """Recomputes each decoder layer's activations in the backward pass (non-reentrant).
-
-    With LoRA the frozen embeddings' output is made to require grad, as peft does, so a
-    checkpointed layer always has an input that gradients flow back through. A checkpointed
-    layer drops the KV cache it is given, so a batch's shared prefix cannot be run once
-    (`agentgym.learn.logprobs.run_prefix`): with checkpointing on, every row runs whole.
-    """
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name for it
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    if lora:
-        model.enable_input_require_grads()
-
-
-def on_device(model: PreTrainedModel, config: Config) -> PreTrainedModel:
-    """The model SFT and GRPO train: on the device `model.device` names, with gradient
-    checkpointing when `model.gradient_checkpointing` asks for it."""
-    model = place(model, config.model)
-    if config.model.gradient_checkpointing:
-        enable_gradient_checkpointing(model, lora=config.lora.enabled)
-    return model
 
 
 def sft_optimizer(model: PreTrainedModel, config: Config) -> torch.optim.AdamW:
