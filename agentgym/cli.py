@@ -256,8 +256,8 @@ def _resumed_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
+    from agentgym.run.phases import sft
     from agentgym.run.preflight import check
-    from agentgym.run.sft import sft
 
     config = config_from_args(args)
     check(config, "sft")  # every problem, before a model loads

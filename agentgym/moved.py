@@ -36,6 +36,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "agentgym.preflight": ("agentgym.run.preflight",),
     "agentgym.ray_rollout": ("agentgym.scale.ray_rollout",),
     "agentgym.reward_fns": ("agentgym.rewards.functions",),
+    "agentgym.run.sft": ("agentgym.sft.warmup", "agentgym.policy.models", "agentgym.run.phases"),
     "agentgym.run.update": ("agentgym.learn.update",),
     "agentgym.sandboxes.base": ("agentgym.sandboxes.contract",),
     "agentgym.scale.dist": ("agentgym.scale.ranks",),

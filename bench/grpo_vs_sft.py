@@ -106,7 +106,7 @@ def sft_arm(config, budgets: list[float], per_step: float, report) -> list[tuple
     from agentgym.policy.hf import HFPolicy
     from agentgym.policy.models import load_configured, on_device
     from agentgym.run.setup import seed_everything
-    from agentgym.run.sft import warm_up
+    from agentgym.sft.warmup import warm_up
 
     steps = math.ceil(1.5 * budgets[-1] / per_step) + 1
     s = config.sft.model_copy(

@@ -22,8 +22,8 @@ from agentgym.learn.learner import Learner
 from agentgym.learn.logprobs import MIN_SHARED_PREFIX, shared_prefix_length
 from agentgym.policy import models
 from agentgym.policy.models import load_dtype, load_model_and_tokenizer, model_device, place
-from agentgym.run import sft
 from agentgym.run.checkpoint import save_checkpoint
+from agentgym.sft import warmup
 from agentgym.types import Batch
 
 SMALL_TRAIN = ["--set", "grpo.group_size=2", "--set", "grpo.tasks_per_step=1",
@@ -281,7 +281,7 @@ def _sft_grads(model, tokenizer, config, monkeypatch) -> list[torch.Tensor]:
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", capture)
     torch.manual_seed(0)
-    sft.warm_up(model, tokenizer, config)
+    warmup.warm_up(model, tokenizer, config)
     assert seen and any(g.abs().max() > 0 for g in seen), "no gradient to compare"
     return seen
 
@@ -292,7 +292,7 @@ def test_a_checkpointed_sft_step_has_the_same_gradient(tiny, monkeypatch, lora):
     common = {"run.env": "tool_call", "sft.steps": 1, "sft.demonstrations": 2,
               "sft.batch_size": 2, "lora.enabled": lora}  # fmt: skip
     config = _config(**common)
-    demos = sft.demonstrations(config, tokenizer, 2, seed=config.run.seed)
+    demos = warmup.demonstrations(config, tokenizer, 2, seed=config.run.seed)
     shared = Batch.from_trajectories(demos, torch.zeros(2), tokenizer.pad_token_id)
     assert shared_prefix_length(shared) >= MIN_SHARED_PREFIX  # a system prompt to share
     plain = _sft_grads(copy.deepcopy(model), tokenizer, _config(**common), monkeypatch)

@@ -25,7 +25,7 @@ from agentgym.rewards.functions import RewardFunctions
 from agentgym.rewards.score import score
 from agentgym.run.rft import RFTRun, kept_episodes
 from agentgym.run.setup import task_specs
-from agentgym.run.sft import sft_loss
+from agentgym.sft.warmup import sft_loss
 from agentgym.types import Batch, StepRecord, TaskSpec, Trajectory
 
 PARITY = "test_rft:test_rft/Parity-v0"
