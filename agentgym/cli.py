@@ -332,10 +332,10 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from agentgym.doctor.template_checks import run_doctor
     from agentgym.env.templates import renders_tools
     from agentgym.policy.chat_templates import read_chat_template
     from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
-    from agentgym.run.doctor import run_doctor
 
     config = load(None, args.overrides)
     choice = config.model.chat_template

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from agentgym.config import Config, ConfigError
+from agentgym.doctor.template_checks import check_env_template
 from agentgym.env.core import make_env
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids, task_result
 from agentgym.learn.learner import Learner
@@ -33,7 +34,6 @@ from agentgym.rollout.ahead import AheadSampler
 from agentgym.rollout.sampler import Sampler
 from agentgym.run import preflight
 from agentgym.run.checkpoint import read_trainer
-from agentgym.run.doctor import check_env_template
 from agentgym.run.resume import Progress, Trainer, learner_for, restore, resume_state
 from agentgym.run.runlog import RunLog, truncate_logs
 from agentgym.scale import ranks
