@@ -270,7 +270,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_rft(args: argparse.Namespace) -> int:
-    from agentgym.run.rft import check_rft, rft
+    from agentgym.rft.rejection_sampling import check_rft, rft
 
     config = config_from_args(args)
     check_rft(config)  # every problem, before a model loads
