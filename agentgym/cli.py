@@ -369,7 +369,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from agentgym.run.export import export
+    from agentgym.export.model_folder import export
 
     try:
         out = export(

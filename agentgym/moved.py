@@ -36,6 +36,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "agentgym.ray_rollout": ("agentgym.scale.ray_rollout",),
     "agentgym.reward_fns": ("agentgym.rewards.functions",),
     "agentgym.run.doctor": ("agentgym.doctor.template_checks",),
+    "agentgym.run.export": ("agentgym.export.model_folder",),
     "agentgym.run.rft": ("agentgym.rft.rejection_sampling",),
     "agentgym.run.sft": ("agentgym.sft.warmup", "agentgym.policy.models", "agentgym.run.phases"),
     "agentgym.run.update": ("agentgym.learn.update",),
