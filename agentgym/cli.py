@@ -256,8 +256,8 @@ def _resumed_config(args: argparse.Namespace) -> tuple[Config, Path | None]:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
+    from agentgym.run.phases import sft
     from agentgym.run.preflight import check
-    from agentgym.run.sft import sft
 
     config = config_from_args(args)
     check(config, "sft")  # every problem, before a model loads
@@ -270,7 +270,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_rft(args: argparse.Namespace) -> int:
-    from agentgym.run.rft import check_rft, rft
+    from agentgym.rft.rejection_sampling import check_rft, rft
 
     config = config_from_args(args)
     check_rft(config)  # every problem, before a model loads
@@ -331,10 +331,10 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from agentgym.doctor.template_checks import run_doctor
     from agentgym.env.templates import renders_tools
     from agentgym.policy.chat_templates import read_chat_template
     from agentgym.policy.models import load_model_and_tokenizer, resolve_model_name
-    from agentgym.run.doctor import run_doctor
 
     config = load(None, args.overrides)
     choice = config.model.chat_template
@@ -368,7 +368,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from agentgym.run.export import export
+    from agentgym.export.model_folder import export
 
     try:
         out = export(

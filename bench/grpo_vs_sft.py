@@ -104,9 +104,9 @@ def grpo_choice(out: Path, seconds: float) -> tuple[int, Path]:
 def sft_arm(config, budgets: list[float], per_step: float, report) -> list[tuple[int, list]]:
     """(steps, report scores) of SFT at each budget of training seconds."""
     from agentgym.policy.hf import HFPolicy
-    from agentgym.policy.models import load_configured
+    from agentgym.policy.models import load_configured, on_device
     from agentgym.run.setup import seed_everything
-    from agentgym.run.sft import on_device, warm_up
+    from agentgym.sft.warmup import warm_up
 
     steps = math.ceil(1.5 * budgets[-1] / per_step) + 1
     s = config.sft.model_copy(

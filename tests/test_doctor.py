@@ -9,9 +9,14 @@ import pytest
 from rich.console import Console
 
 from agentgym.cli import main
+from agentgym.doctor import template_checks
+from agentgym.doctor.template_checks import (
+    check_mask,
+    check_prefix,
+    run_doctor,
+    sample_conversation,
+)
 from agentgym.rollout.episodes import render
-from agentgym.run import doctor
-from agentgym.run.doctor import check_mask, check_prefix, run_doctor, sample_conversation
 
 # Renders only the last user message in full: not append-only, like templates that
 # strip earlier turns' reasoning.
@@ -107,8 +112,8 @@ def test_the_plain_text_check_fails_where_tool_text_becomes_control_tokens(tiny,
         after = render(tokenizer, history + replies, True, tools)
         return tokenizer.encode(after[len(before) :], add_special_tokens=False)
 
-    monkeypatch.setattr(doctor, "continuation_ids", parsing)
-    check = doctor.check_plain_tool_text(tiny[1], "hermes")
+    monkeypatch.setattr(template_checks, "continuation_ids", parsing)
+    check = template_checks.check_plain_tool_text(tiny[1], "hermes")
     assert not check.ok and check.name == "plain-tool-text"
     forged = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # the tool text's, in its order
     own = ["<|im_start|>", "<|im_end|>", "<|im_start|>"]

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentgym.cli import main
-from agentgym.run.export import export
+from agentgym.export.model_folder import export
 
 TRAIN = [
     "train", "--env", "tool_call", "--model", "tiny-random", "--steps", "2",

@@ -22,8 +22,8 @@ from agentgym.cli import main
 from agentgym.config import load_config
 from agentgym.learn.learner import Learner
 from agentgym.learn.logprobs import token_logprobs
+from agentgym.policy import models
 from agentgym.policy.models import load_dtype
-from agentgym.run import sft
 
 NAMED = os.environ.get("AGENTGYM_CHECK_DEVICE")
 DEVICE = torch.device(NAMED or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -44,14 +44,14 @@ SMALL = ["--model", "tiny-random", "--env", "tool_call", "--set", f"model.device
 def placed(monkeypatch) -> list[torch.device]:
     """Where each model `train` placed landed (the real placement, recorded)."""
     devices: list[torch.device] = []
-    real = sft.place
+    real = models.place
 
     def recording(model, config):
         model = real(model, config)
         devices.append(next(model.parameters()).device)
         return model
 
-    monkeypatch.setattr(sft, "place", recording)
+    monkeypatch.setattr(models, "place", recording)
     return devices
 
 

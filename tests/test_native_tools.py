@@ -12,18 +12,18 @@ import pytest
 
 import agentgym  # noqa: F401  (registers the built-in environments)
 from agentgym.config import Config, ConfigError
-from agentgym.env.templates import TemplateFormat, renders_tools
-from agentgym.policy.base import Generation, SamplingParams
-from agentgym.policy.chat_templates import SHIPPED, read_chat_template
-from agentgym.rollout.episodes import TaskSpec, collect, render
-from agentgym.run import preflight
-from agentgym.run.doctor import (
+from agentgym.doctor.template_checks import (
     check_env_template,
     check_prefix,
     run_checks,
     sample_conversation,
     template_calls,
 )
+from agentgym.env.templates import TemplateFormat, renders_tools
+from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.chat_templates import SHIPPED, read_chat_template
+from agentgym.rollout.episodes import TaskSpec, collect, render
+from agentgym.run import preflight
 from agentgym.tools.native import detect_parser, get_parser
 from agentgym.types import ToolCall
 

@@ -126,8 +126,8 @@ def test_token_budget_hand_example():
 
 def test_a_packed_sft_step_takes_the_padded_one(tiny, monkeypatch):
     from agentgym.config import load_config
-    from agentgym.run import sft
-    from agentgym.run.sft import warm_up
+    from agentgym.sft import warmup
+    from agentgym.sft.warmup import warm_up
 
     packed_calls = []
 
@@ -135,7 +135,7 @@ def test_a_packed_sft_step_takes_the_padded_one(tiny, monkeypatch):
         packed_calls.append(args[5])
         return token_logprobs(*args)
 
-    monkeypatch.setattr(sft, "token_logprobs", spy)
+    monkeypatch.setattr(warmup, "token_logprobs", spy)
 
     model, tokenizer = tiny
     overrides = {"run.env": "tool_call", "sft.steps": 1, "sft.batch_size": 4,

@@ -22,8 +22,8 @@ from agentgym.learn.learner import Learner
 from agentgym.learn.logprobs import MIN_SHARED_PREFIX, shared_prefix_length
 from agentgym.policy import models
 from agentgym.policy.models import load_dtype, load_model_and_tokenizer, model_device, place
-from agentgym.run import sft
 from agentgym.run.checkpoint import save_checkpoint
+from agentgym.sft import warmup
 from agentgym.types import Batch
 
 SMALL_TRAIN = ["--set", "grpo.group_size=2", "--set", "grpo.tasks_per_step=1",
@@ -112,7 +112,7 @@ def test_eval_places_the_model_and_the_baseline_it_loaded(tmp_path, monkeypatch)
 
 def test_sft_places_the_model_it_loaded_and_saves_its_bf16_weights(tmp_path, monkeypatch):
     placements, loads = Placements(), Loads()
-    monkeypatch.setattr(sft, "place", placements)
+    monkeypatch.setattr(models, "place", placements)
     monkeypatch.setattr(models, "load_model_and_tokenizer", loads)
     argv = ["sft", "--env", "tool_call", "--model", "tiny-random", "--steps", "1", *SMALL_SFT]
     sets = ["--set", "model.device=meta", "--set", "model.precision=bf16"]
@@ -125,7 +125,7 @@ def test_sft_places_the_model_it_loaded_and_saves_its_bf16_weights(tmp_path, mon
 
 def test_train_places_the_model_it_loaded_on_the_configured_device(tmp_path, monkeypatch):
     placements, loads = Placements(), Loads()
-    monkeypatch.setattr(sft, "place", placements)  # train places as SFT does: sft.on_device
+    monkeypatch.setattr(models, "place", placements)  # train places as SFT does: on_device
     monkeypatch.setattr(models, "load_model_and_tokenizer", loads)
     argv = ["train", "--env", "tool_call", "--model", "tiny-random", "--steps", "1", *SMALL_TRAIN]
     sets = ["--set", "model.device=meta", "--set", "model.attn_implementation=eager"]
@@ -137,13 +137,13 @@ def test_train_places_the_model_it_loaded_on_the_configured_device(tmp_path, mon
 
 def test_on_device_places_and_turns_on_checkpointing_when_asked(tiny, monkeypatch):
     placements = Placements()
-    monkeypatch.setattr(sft, "place", placements)
+    monkeypatch.setattr(models, "place", placements)
     model = copy.deepcopy(tiny[0])
     config = _config(**{"model.device": "cuda:1"})
-    assert sft.on_device(model, config) is model
+    assert models.on_device(model, config) is model
     assert placements.calls == [(model, torch.device("cuda", 1))]
     assert not _checkpointing(model)
-    sft.on_device(model, _config(**{"model.gradient_checkpointing": True}))
+    models.on_device(model, _config(**{"model.gradient_checkpointing": True}))
     assert _checkpointing(model)
 
 
@@ -231,7 +231,7 @@ def _learner_grads(model, config, batch, checkpointing: bool):
     """The gradient a learner step hands the optimizer, and how many times the MLPs ran."""
     model = copy.deepcopy(model)
     if checkpointing:
-        sft.enable_gradient_checkpointing(model, lora=config.lora.enabled)
+        models.enable_gradient_checkpointing(model, lora=config.lora.enabled)
     runs = []
     for layer in model.model.layers:
         # a pre-hook: the recomputation stops inside the MLP once it has what backward needs
@@ -281,7 +281,7 @@ def _sft_grads(model, tokenizer, config, monkeypatch) -> list[torch.Tensor]:
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", capture)
     torch.manual_seed(0)
-    sft.warm_up(model, tokenizer, config)
+    warmup.warm_up(model, tokenizer, config)
     assert seen and any(g.abs().max() > 0 for g in seen), "no gradient to compare"
     return seen
 
@@ -292,12 +292,12 @@ def test_a_checkpointed_sft_step_has_the_same_gradient(tiny, monkeypatch, lora):
     common = {"run.env": "tool_call", "sft.steps": 1, "sft.demonstrations": 2,
               "sft.batch_size": 2, "lora.enabled": lora}  # fmt: skip
     config = _config(**common)
-    demos = sft.demonstrations(config, tokenizer, 2, seed=config.run.seed)
+    demos = warmup.demonstrations(config, tokenizer, 2, seed=config.run.seed)
     shared = Batch.from_trajectories(demos, torch.zeros(2), tokenizer.pad_token_id)
     assert shared_prefix_length(shared) >= MIN_SHARED_PREFIX  # a system prompt to share
     plain = _sft_grads(copy.deepcopy(model), tokenizer, _config(**common), monkeypatch)
     checkpointed_model = copy.deepcopy(model)
-    sft.enable_gradient_checkpointing(checkpointed_model, lora=lora)
+    models.enable_gradient_checkpointing(checkpointed_model, lora=lora)
     assert _checkpointing(checkpointed_model)
     config = _config(**common, **{"model.gradient_checkpointing": True})
     checkpointed = _sft_grads(checkpointed_model, tokenizer, config, monkeypatch)

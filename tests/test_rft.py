@@ -23,9 +23,9 @@ from agentgym.env.core import AgentEnv, Feedback, Task
 from agentgym.policy.models import load_model_and_tokenizer
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rewards.score import score
-from agentgym.run.rft import RFTRun, kept_episodes
+from agentgym.rft.rejection_sampling import RFTRun, kept_episodes
 from agentgym.run.setup import task_specs
-from agentgym.run.sft import sft_loss
+from agentgym.sft.warmup import sft_loss
 from agentgym.types import Batch, StepRecord, TaskSpec, Trajectory
 
 PARITY = "test_rft:test_rft/Parity-v0"
@@ -274,7 +274,7 @@ def test_a_bad_config_exits_2_naming_the_field_before_a_model_loads(
     def refuse(*args, **kwargs):
         raise AssertionError("a model loaded")
 
-    monkeypatch.setattr("agentgym.run.rft.load_configured", refuse)
+    monkeypatch.setattr("agentgym.rft.rejection_sampling.load_configured", refuse)
     out = tmp_path / "rft"
     argv = ["rft", "--env", PARITY, "--model", "tiny-random", "--rounds", "1", *SMALL, *sets]
     assert main([*argv, "--output", str(out)]) == 2

@@ -8,7 +8,7 @@ import pytest
 
 from agentgym.cli import main
 from agentgym.config import load_config
-from agentgym.run.sft import demonstrations
+from agentgym.sft.warmup import demonstrations
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 from agentgym.cli import main
 from agentgym.config import ConfigError, load_config
 from agentgym.run import preflight
-from agentgym.run.sft import long_config
+from agentgym.sft.warmup import long_config
 
 
 def test_wall_is_sfts_steps_and_as_many_more_as_fit_in_grpos_seconds():
@@ -61,7 +61,7 @@ def test_the_closing_table_has_sft_long_and_compares_the_best_checkpoint_with_it
 
 def test_warm_up_calls_after_step_with_the_model_and_each_steps_record():
     from agentgym.policy.models import load_configured
-    from agentgym.run.sft import warm_up
+    from agentgym.sft.warmup import warm_up
 
     overrides = {"run.env": "cli_envs:cli_envs/TaughtDigits-v0", "sft.steps": 3,
                  "sft.demonstrations": 4, "sft.batch_size": 2, "lora.enabled": True}  # fmt: skip
@@ -82,7 +82,7 @@ def test_the_warm_ups_adamw_takes_sft_lr_and_optim_adam_epsilon(monkeypatch):
     import torch
 
     from agentgym.policy.models import load_configured
-    from agentgym.run.sft import warm_up
+    from agentgym.sft.warmup import warm_up
 
     made = []
 

@@ -24,12 +24,7 @@ from rich.console import Console
 import agentgym  # noqa: F401  (registers the built-in environments)
 import agentgym.policy.hf as hf
 from agentgym.cli import main
-from agentgym.policy.base import Generation, SamplingParams
-from agentgym.policy.hf import HFPolicy, stop_token_ids
-from agentgym.policy.models import load_model_and_tokenizer
-from agentgym.policy.turn_end import TurnEnd, eos_turn_end, find_turn_end
-from agentgym.rollout.episodes import TaskSpec, collect, continuation_ids, prompt_ids, render
-from agentgym.run.doctor import (
+from agentgym.doctor.template_checks import (
     TOOLS,
     check_mask,
     masked_conversation,
@@ -37,6 +32,11 @@ from agentgym.run.doctor import (
     sample_conversation,
     tool_format,
 )
+from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.hf import HFPolicy, stop_token_ids
+from agentgym.policy.models import load_model_and_tokenizer
+from agentgym.policy.turn_end import TurnEnd, eos_turn_end, find_turn_end
+from agentgym.rollout.episodes import TaskSpec, collect, continuation_ids, prompt_ids, render
 
 # "### Role:" headers and no end token: a turn ends with the text before the next header
 PLAIN = (

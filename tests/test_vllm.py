@@ -429,7 +429,7 @@ def test_two_steps_of_agentgym_train_with_the_vllm_policy(tmp_path):
     # the run's export, merged, is a model vLLM serves as transformers runs it
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentgym.run.export import export
+    from agentgym.export.model_folder import export
 
     merged = export(out, tmp_path / "export", merge=True)
     model = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()

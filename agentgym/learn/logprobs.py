@@ -7,7 +7,7 @@ shared prefix (the system prompt) runs once (`run_prefix`, `Prefix`), its keys
 and values repeated for every row. `backward_micro_batches` cuts a batch into
 micro-batches and backpropagates each one's loss, the shared prefix's gradient
 going back through it once, last. The learner (`agentgym.learn.learner`) and
-the SFT warm-up (`agentgym.run.sft`) build their losses on these.
+the SFT warm-up (`agentgym.sft`) build their losses on these.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from agentgym.config import ModelConfig
+from agentgym.config import Config, ModelConfig
 from agentgym.policy.chat_templates import apply_chat_template_option
 from agentgym.policy.random_models import (
     SMOLLM2_SHAPED,
@@ -172,6 +172,32 @@ def load_configured(
 def place(model: PreTrainedModel, config: ModelConfig) -> PreTrainedModel:
     """`model` on the device `model.device` names (`model_device`)."""
     return model.to(model_device(config))  # type: ignore[arg-type]
+
+
+def enable_gradient_checkpointing(model: PreTrainedModel, *, lora: bool) -> None:
+    """Recomputes each decoder layer's activations in the backward pass (non-reentrant).
+
+    With LoRA the frozen embeddings' output is made to require grad, as peft does, so a
+    checkpointed layer always has an input that gradients flow back through. A checkpointed
+    layer drops the KV cache it is given, so a batch's shared prefix cannot be run once
+    (`agentgym.learn.logprobs.run_prefix`): with checkpointing on, every row runs whole.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name for it
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if lora:
+        model.enable_input_require_grads()
+
+
+def on_device(model: PreTrainedModel, config: Config) -> PreTrainedModel:
+    """The model SFT and GRPO train: on the device `model.device` names, with gradient
+    checkpointing when `model.gradient_checkpointing` asks for it."""
+    model = place(model, config.model)
+    if config.model.gradient_checkpointing:
+        enable_gradient_checkpointing(model, lora=config.lora.enabled)
+    return model
 
 
 def check_model_available(name: str | None) -> None:

@@ -1,6 +1,7 @@
 """The stages around GRPO: the start model's evaluation, the SFT warm-up and its
 evaluation (`before_grpo`), and at the end the best checkpoint's evaluation with the
-closing table (`closing_report`), beside SFT trained for as long (`sft_long`)."""
+closing table (`closing_report`), beside SFT trained for as long (`sft_long`); and the
+warm-up as a run of its own (`sft`, the `agentgym sft` command)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,19 @@ from typing import Any
 import torch
 
 from agentgym import records
+from agentgym.config import Config
 from agentgym.eval.console import Stages, print_report
 from agentgym.eval.heldout import HeldOut, TaskResult
 from agentgym.eval.report import build_report, write_report
 from agentgym.policy.hf import HFPolicy
-from agentgym.policy.models import load_configured, resolve_model_name
+from agentgym.policy.models import load_configured, on_device, resolve_model_name
 from agentgym.run.checkpoint import BEST, save_checkpoint
 from agentgym.run.interrupt import StopRequest
 from agentgym.run.record import evaluate
 from agentgym.run.resume import load_trainable
 from agentgym.run.setup import Run
-from agentgym.run.sft import long_config, on_device, warm_up
 from agentgym.scale import ranks
+from agentgym.sft.warmup import long_config, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +112,7 @@ def closing_report(run: Run, report_set: HeldOut, stages: Stages) -> None:
 
 def sft_long(run: Run, report_set: HeldOut, stages: Stages) -> list[TaskResult]:
     """The `sft-long` model's results: SFT from the start model for `sft.long` steps, or
-    for as long as SFT and GRPO trained (`run/sft.long_config`), on fresh demonstrations;
+    for as long as SFT and GRPO trained (`sft/warmup.long_config`), on fresh demonstrations;
     its step records go to sft_long_metrics.jsonl."""
     config, out = run.config, run.out
     sft_records = [json.loads(x) for x in (out / "sft_metrics.jsonl").read_text().splitlines()]
@@ -127,3 +129,23 @@ def sft_long(run: Run, report_set: HeldOut, stages: Stages) -> list[TaskResult]:
     stages.note(task, f"{note} (GRPO trained {grpo_seconds:.0f} s)", done=True)
     policy = HFPolicy(model, tokenizer)
     return evaluate(report_set, policy, stages, f"eval {SFT_LONG}", config.run.seed)
+
+
+def sft(config: Config) -> Path:
+    """Fine-tunes on demonstrations for `config.sft.steps` steps; returns the run directory.
+
+    The checkpoint holds the whole model (LoRA adapters merged), so `--model`
+    takes it like any other model folder.
+    """
+    assert config.run.output is not None  # the CLI names the run's folder first
+    out = Path(config.run.output)
+    torch.manual_seed(config.run.seed)
+    model, tokenizer = load_configured(config.model.name, config.model)
+    model = on_device(model, config)
+    out.mkdir(parents=True, exist_ok=True)
+    model, records = warm_up(model, tokenizer, config)
+    with open(out / "metrics.jsonl", "a") as log:
+        for record in records:
+            log.write(json.dumps(record) + "\n")
+    save_checkpoint(out, config.sft.steps, model, tokenizer, config)
+    return out

@@ -20,13 +20,14 @@ import numpy as np
 import torch
 
 from agentgym.config import Config
+from agentgym.doctor.template_checks import check_env_template
 from agentgym.env.core import make_env
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids, task_result
 from agentgym.learn.learner import Learner
 from agentgym.policy.backend import engine_folder, make_policy
 from agentgym.policy.base import Policy, SamplingParams
 from agentgym.policy.hf import HFPolicy
-from agentgym.policy.models import load_configured
+from agentgym.policy.models import load_configured, on_device
 from agentgym.records import CheckpointState
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rollout.ahead import AheadSampler
@@ -34,10 +35,8 @@ from agentgym.rollout.player import Player, Submission
 from agentgym.rollout.sampler import Sampler
 from agentgym.run import preflight
 from agentgym.run.checkpoint import read_trainer
-from agentgym.run.doctor import check_env_template
 from agentgym.run.resume import Progress, Trainer, learner_for, restore, resume_state
 from agentgym.run.runlog import RunLog, truncate_logs
-from agentgym.run.sft import on_device
 from agentgym.scale import ranks
 from agentgym.scale.players import make_player
 from agentgym.scale.samplers import make_sampler, play_share, ranks_sample, sampler_envs

@@ -22,7 +22,7 @@ from agentgym.eval.console import Stages
 from agentgym.learn.advantages import advantages
 from agentgym.learn.update import update
 from agentgym.policy.base import Policy
-from agentgym.policy.models import load_configured
+from agentgym.policy.models import load_configured, on_device
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rewards.score import score
 from agentgym.rollout.ahead import drop_stale
@@ -35,7 +35,6 @@ from agentgym.run.record import record_step, score_start, step_metrics
 from agentgym.run.resume import Submitted, Trainer
 from agentgym.run.runlog import step_note
 from agentgym.run.setup import Run
-from agentgym.run.sft import on_device
 from agentgym.scale import ranks
 from agentgym.types import StepRecord
 

@@ -10,11 +10,9 @@ only, never the prompt or tool results.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -26,10 +24,8 @@ from agentgym.env.core import AgentEnv, make_env
 from agentgym.learn.logprobs import Prefix, backward_micro_batches, token_logprobs
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams
-from agentgym.policy.models import load_configured, place
 from agentgym.policy.turn_end import find_turn_end
 from agentgym.rollout.episodes import TaskSpec, collect, use_chat_template
-from agentgym.run.checkpoint import save_checkpoint
 from agentgym.types import Batch, Trajectory
 
 
@@ -86,32 +82,6 @@ def sft_loss(
     rows run as one sequence, without padding)."""
     logp, _ = token_logprobs(model, batch, 1.0, prefix, share_prefix, packed)
     return -(logp * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)
-
-
-def enable_gradient_checkpointing(model: PreTrainedModel, *, lora: bool) -> None:
-    """Recomputes each decoder layer's activations in the backward pass (non-reentrant).
-
-    With LoRA the frozen embeddings' output is made to require grad, as peft does, so a
-    checkpointed layer always has an input that gradients flow back through. A checkpointed
-    layer drops the KV cache it is given, so a batch's shared prefix cannot be run once
-    (`agentgym.learn.logprobs.run_prefix`): with checkpointing on, every row runs whole.
-    """
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name for it
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    if lora:
-        model.enable_input_require_grads()
-
-
-def on_device(model: PreTrainedModel, config: Config) -> PreTrainedModel:
-    """The model SFT and GRPO train: on the device `model.device` names, with gradient
-    checkpointing when `model.gradient_checkpointing` asks for it."""
-    model = place(model, config.model)
-    if config.model.gradient_checkpointing:
-        enable_gradient_checkpointing(model, lora=config.lora.enabled)
-    return model
 
 
 def sft_optimizer(model: PreTrainedModel, config: Config) -> torch.optim.AdamW:
@@ -204,23 +174,3 @@ def long_config(config: Config, sft_seconds: Sequence[float], grpo_seconds: floa
     demos = max(s.demonstrations, steps * s.batch_size)
     sft = s.model_copy(update={"steps": steps, "demonstrations": demos})
     return config.model_copy(update={"sft": sft})
-
-
-def sft(config: Config) -> Path:
-    """Fine-tunes on demonstrations for `config.sft.steps` steps; returns the run directory.
-
-    The checkpoint holds the whole model (LoRA adapters merged), so `--model`
-    takes it like any other model folder.
-    """
-    assert config.run.output is not None  # the CLI names the run's folder first
-    out = Path(config.run.output)
-    torch.manual_seed(config.run.seed)
-    model, tokenizer = load_configured(config.model.name, config.model)
-    model = on_device(model, config)
-    out.mkdir(parents=True, exist_ok=True)
-    model, records = warm_up(model, tokenizer, config)
-    with open(out / "metrics.jsonl", "a") as log:
-        for record in records:
-            log.write(json.dumps(record) + "\n")
-    save_checkpoint(out, config.sft.steps, model, tokenizer, config)
-    return out

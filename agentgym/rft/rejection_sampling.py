@@ -4,7 +4,7 @@ Each round plays `grpo.group_size` episodes of each of `rft.tasks_per_round` fre
 tasks with the current policy, through the sampler GRPO plays with (`make_sampler`: the
 same environments, `sampling.*` parameters and, for the same seed, task stream), keeps
 the episodes the verifier passes, and takes `rft.steps_per_round` SFT steps of
-`sft.batch_size` episodes on them (`agentgym.run.sft.sft_step`): the mean NLL of the
+`sft.batch_size` episodes on them (`agentgym.sft.warmup.sft_step`): the mean NLL of the
 policy's own sampled ids, never of the prompt or the tool results (the rollout's loss
 mask). The sampler then gets the new weights, and the next round begins. This is expert
 iteration (Anthony et al., 2017) as RAFT (Dong et al., 2023) and ReST-EM (Singh et al.,
@@ -45,7 +45,7 @@ from agentgym.eval.console import Stages
 from agentgym.learn.lora import wrap_lora
 from agentgym.policy.backend import engine_folder, make_policy
 from agentgym.policy.base import Policy
-from agentgym.policy.models import load_configured
+from agentgym.policy.models import load_configured, on_device
 from agentgym.rewards.functions import RewardFunctions
 from agentgym.rewards.score import score
 from agentgym.rollout.player import Submission
@@ -54,10 +54,10 @@ from agentgym.run import preflight
 from agentgym.run.checkpoint import save_checkpoint
 from agentgym.run.interrupt import StopRequest, TrainingError
 from agentgym.run.setup import sampling_params, seed_everything, task_specs
-from agentgym.run.sft import on_device, sft_optimizer, sft_step
 from agentgym.scale import ranks
 from agentgym.scale.players import make_player
 from agentgym.scale.samplers import make_sampler, sampler_envs
+from agentgym.sft.warmup import sft_optimizer, sft_step
 from agentgym.types import StepRecord, Trajectory
 
 logger = logging.getLogger(__name__)
