@@ -7,6 +7,7 @@ consumes a `Batch` of padded tensors built from trajectories.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -147,6 +148,16 @@ class Trajectory:
     def scorable(self) -> bool:
         """Whether `reward` is a verified outcome; an unscorable episode gets advantage 0."""
         return self.error is None and self.reward_error is None
+
+    @property
+    def step_rewards(self) -> tuple[tuple[float, tuple[int, int]], ...]:
+        """Each step's environment reward with the span of sampled ids it follows
+        (`turn_spans[k]`, [start, end) in `tokens`), in order: what a turn-level
+        estimator reads. A player that records fewer spans than turns (an agent program's
+        rewritten history) pairs as many as both have."""
+        return tuple(
+            (turn.reward, span) for turn, span in zip(self.turns, self.turn_spans, strict=False)
+        )
 
 
 @dataclass(frozen=True)
@@ -308,6 +319,23 @@ def target_width(trajectories: Sequence[Trajectory]) -> int:
     return max([len(t.tokens) - 1 for t in trajectories] + [0])
 
 
+def step_reward_targets(trajectories: Sequence[Trajectory]) -> torch.Tensor:
+    """[N, T] float: `StepRecord.step_rewards`. A step whose turn sampled no id adds its
+    reward to the last earlier sampled id's position (dropped when there is none)."""
+    rewards = torch.zeros((len(trajectories), target_width(trajectories)), dtype=torch.float64)
+    for i, t in enumerate(trajectories):
+        if not t.scorable:
+            rewards[i] = math.nan
+            continue
+        last = -1  # the target position of the last sampled id so far
+        for reward, (start, end) in t.step_rewards:
+            if end > start:
+                last = end - 2  # token end - 1 is predicted at position end - 2
+            if last >= 0:
+                rewards[i, last] += reward
+    return rewards.float()
+
+
 def sampled_targets(trajectories: Sequence[Trajectory]) -> torch.Tensor:
     """[N, T] float: 1 where row i's target token t + 1 was sampled by the policy, aligned
     as `Batch` aligns its loss mask (position t predicts token t + 1), with T the longest
@@ -341,6 +369,11 @@ class StepRecord:
     reward functions', less the length penalty; NaN where the episode is unscorable."""
     scorable: torch.Tensor | None = None
     """[N] bool: the episode's reward is a verified outcome (`Trajectory.scorable`)."""
+    step_rewards: torch.Tensor | None = None
+    """[N, T] each step's environment reward at the target position of the last id its turn
+    sampled (where the reward follows: `Trajectory.step_rewards`), 0 elsewhere, aligned as
+    `sampled_targets`; NaN rows where the episode is unscorable. Kept beside `rewards` for
+    turn-level estimators; `rewards` does not depend on it."""
     advantages: torch.Tensor | None = None
     """[N, T] per target token, aligned as `sampled_targets` is; 0 off the sampled tokens."""
     flat_groups: torch.Tensor | None = None

@@ -13,7 +13,7 @@ import torch
 from agentgym.cli import main
 from agentgym.config import ConfigError, load_config
 from agentgym.env.core import AgentEnv, Feedback, Task
-from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.base import Generation, PolicyBase, SamplingParams, as_policy
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.kv_cache import ReservedCache, ReservedLayer, stack_rows
 from agentgym.policy.models import load_model_and_tokenizer
@@ -179,6 +179,34 @@ def test_a_policy_without_a_turn_stream_is_refused(tiny):
         ValueError, match=r"turn_batching 'continuous' needs a policy with a turn_stream"
     ):
         collect(envs, SPECS[:1], 2, Plain(), tokenizer, PARAMS, turn_batching="continuous")
+
+
+def test_a_plain_policy_with_its_own_turn_stream_plays_continuous(tiny):
+    """`streams_turns` is what a policy says it can do: a user's object that has a
+    `turn_stream` gets it used (through `as_policy`), and plays as the backend it wraps."""
+    policy, tokenizer = tiny
+    opened = []
+
+    class Wrapped:
+        model = None
+
+        def generate(self, prompts, params, streams=None):
+            return policy.generate(prompts, params, streams)
+
+        def reusing_cache(self):
+            return policy.reusing_cache()
+
+        def turn_stream(self, params):
+            opened.append(params)
+            return policy.turn_stream(params)
+
+    assert as_policy(Wrapped()).streams_turns and not as_policy(PolicyBase()).streams_turns
+    envs = [ManyTurnEnv() for _ in range(2)]
+    wrapped = collect(envs, SPECS[:1], 2, Wrapped(), tokenizer, PARAMS, turn_batching="ordered")
+    envs = [ManyTurnEnv() for _ in range(2)]
+    direct = collect(envs, SPECS[:1], 2, policy, tokenizer, PARAMS, turn_batching="ordered")
+    assert opened == [PARAMS]
+    assert [t.tokens for t in wrapped] == [t.tokens for t in direct]
 
 
 @pytest.mark.parametrize("turn_batching", ["continuous", "ordered"])

@@ -42,13 +42,32 @@ class Generation:
     finish_reason: Literal["stop", "length"]
 
 
+class TurnStream(Protocol):
+    """One decode batch that turns join (`add`) and leave (`step` returns them) while it
+    runs: continuous batching over turns (`Policy.turn_stream`)."""
+
+    def __len__(self) -> int:
+        """Turns added and not yet returned."""
+        ...
+
+    def add(self, key: int, prompt: list[int], stream: int | None = None) -> None:
+        """Queues the turn of `prompt` under `key` (unique among the live ones); it joins
+        the batch at the next `step`. `stream` names its random draws (`Policy.generate`)."""
+        ...
+
+    def step(self) -> list[tuple[int, Generation]]:
+        """Decodes one step and returns the turns that ended on it, which leave the batch."""
+        ...
+
+
 class Policy(Protocol):
     """What the rollout and the training loop need from an inference backend.
 
     `generate` and `load_weights` are the contract. The optional abilities have
     defaults in `PolicyBase`, which the built-in backends subclass; `as_policy`
     gives them to any other object that has the two methods (a scripted test
-    policy, a user's own backend), so that no caller probes for them.
+    policy, a user's own backend), so that no caller probes for them: what a
+    policy cannot do, it says (`streams_turns`).
     """
 
     @property
@@ -90,12 +109,25 @@ class Policy(Protocol):
         """Frees the backend (an engine, its folder); the policy is unusable after."""
         ...
 
+    @property
+    def streams_turns(self) -> bool:
+        """Whether `turn_stream` works: continuous batching over turns
+        (`run.turn_batching`); the transformers and vLLM backends have it."""
+        ...
+
+    def turn_stream(self, params: SamplingParams) -> AbstractContextManager[TurnStream]:
+        """A decode batch turns join and leave while it runs (see `TurnStream`); only
+        where `streams_turns`."""
+        ...
+
 
 class PolicyBase:
     """The optional abilities' defaults: no model of its own, no cache reuse, nothing to
-    release or close. The built-in backends subclass it and override what they can do."""
+    release or close, no turn stream. The built-in backends subclass it and override what
+    they can do."""
 
     model: torch.nn.Module | None = None
+    streams_turns: bool = False
 
     def reusing_cache(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -106,6 +138,12 @@ class PolicyBase:
     def close(self) -> None:
         return None
 
+    def turn_stream(self, params: SamplingParams) -> AbstractContextManager[TurnStream]:
+        raise NotImplementedError(
+            f"{type(self).__name__} has no turn stream (streams_turns is False):"
+            " use run.turn_batching 'barrier'"
+        )
+
 
 class _Plain(PolicyBase):
     """An object with `generate` (and `load_weights`) as a policy: the abilities it has of
@@ -114,6 +152,7 @@ class _Plain(PolicyBase):
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.model = getattr(inner, "model", None)
+        self.streams_turns = callable(getattr(inner, "turn_stream", None))
 
     def generate(
         self,
@@ -138,6 +177,11 @@ class _Plain(PolicyBase):
         own = getattr(self.inner, "close", None)
         if own is not None:
             own()
+
+    def turn_stream(self, params: SamplingParams) -> AbstractContextManager[TurnStream]:
+        if not self.streams_turns:
+            return super().turn_stream(params)
+        return self.inner.turn_stream(params)
 
 
 def as_policy(policy: Any) -> Policy:

@@ -23,7 +23,7 @@ from transformers.cache_utils import Cache
 
 from agentgym.compat import cache_kwarg
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams, check_generate_args
-from agentgym.policy.hf_turns import TurnStream, evaluating
+from agentgym.policy.hf_turns import HFTurnStream, evaluating
 from agentgym.policy.kv_cache import ReservedCache, ReservedLayer
 from agentgym.policy.sampling import sample_ids, stream_uniforms
 from agentgym.policy.turn_end import TurnEnd, find_turn_end
@@ -118,6 +118,8 @@ class HFPolicy(PolicyBase):
         min_shared_prefix: Prompts sharing at least this many leading tokens prefill
             them once (see `_prefill`).
     """
+
+    streams_turns = True
 
     def __init__(
         self,
@@ -292,11 +294,11 @@ class HFPolicy(PolicyBase):
         return cache, logits, mask, positions
 
     @contextlib.contextmanager
-    def turn_stream(self, params: SamplingParams) -> Iterator[TurnStream]:
+    def turn_stream(self, params: SamplingParams) -> Iterator[HFTurnStream]:
         """A decode batch that turns join and leave while it runs (continuous batching over
         turns, `agentgym.policy.hf_turns`), the model in eval mode meanwhile."""
         with evaluating(self.model):
-            yield TurnStream(self, params)
+            yield HFTurnStream(self, params)
 
     def _decode_loop(
         self, prompts: list[list[int]], params: SamplingParams, streams: np.ndarray | None

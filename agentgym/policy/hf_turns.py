@@ -1,5 +1,5 @@
 """Continuous batching over turns for the transformers backend: rows join and leave one
-decode batch as their episodes move (`TurnStream`).
+decode batch as their episodes move (`HFTurnStream`).
 
 `HFPolicy.generate` decodes a batch to its end, so a turn's rows that stop early wait for
 the longest, and every episode's next turn waits for every other episode's tool. Here a
@@ -66,7 +66,7 @@ class _Row:
     logprobs: list[float]
 
 
-class TurnStream:
+class HFTurnStream:
     """One decode batch that turns join (`add`) and leave (`step` returns them) while it runs.
 
     Opened by `HFPolicy.turn_stream(params)`, inside `reusing_cache`; at most the policy's

@@ -146,6 +146,8 @@ class VLLMPolicy(PolicyBase):
             its own on CPU (see the module docstring).
     """
 
+    streams_turns = True
+
     def __init__(
         self,
         model_path: str | Path,

@@ -25,6 +25,7 @@ from typing import Any, Literal, SupportsFloat
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
+from agentgym.env.info import ResetInfo, StepInfo
 from agentgym.policy.base import Generation, Policy, SamplingParams, as_policy
 from agentgym.policy.turn_end import TurnEnd, find_turn_end
 from agentgym.rollout.conversation import closing_text as closing_text  # part of this module's API
@@ -110,12 +111,13 @@ def _start(
     """The episode `env`'s reset began (`reset`: what `_reset` returned)."""
     if isinstance(reset, Exception):
         return _failed_start(env, spec, group, member, reset)
-    obs, info = reset
-    tools = info.get("tools") if info.get("tool_format") == "native" else None
+    obs, raw = reset
+    info = ResetInfo.read(raw)
+    tools = info.native_tools
     prompt = prompt_ids(tokenizer, obs, tools)
     return _Episode(
         env=env,
-        task_id=info["task_id"],
+        task_id=info.task_id,
         group=group,
         member=member,
         messages=list(obs),
@@ -125,8 +127,8 @@ def _start(
         loss_mask=[0] * len(prompt),
         logprobs=[0.0] * len(prompt),
         tools=tools,
-        env_name=info.get("env"),
-        category=info.get("category"),
+        env_name=info.env,
+        category=info.category,
     )
 
 
@@ -190,8 +192,9 @@ def _advance(
         ep.turns.append(Turn(text, (), 0.0, {}))
         _fail(ep, stepped)
         return
-    obs, reward, terminated, truncated, info = stepped
-    parts = {k: float(v) for k, v in info.get("reward_parts", {}).items()}
+    obs, reward, terminated, truncated, raw = stepped
+    info = StepInfo.read(raw)
+    parts = info.reward_parts
     ep.turns.append(Turn(text, tuple(Message.from_dict(m) for m in obs), float(reward), parts))
     ep.reward += float(reward)
     for key, value in parts.items():
@@ -208,12 +211,12 @@ def _advance(
         ep.logprobs.extend([0.0] * len(more))
 
 
-def _count(counts: dict[str, float], info: dict[str, Any]) -> None:
+def _count(counts: dict[str, float], info: StepInfo) -> None:
     """Adds a step's tool counters (`tool_calls`, `tool_errors` by kind) to the episode's."""
-    if "tool_calls" in info:
-        counts["tool_calls"] += int(info["tool_calls"])
-    for kind, n in info.get("tool_errors", {}).items():
-        counts[f"tool_errors/{kind}"] += int(n)
+    if info.tool_calls is not None:
+        counts["tool_calls"] += info.tool_calls
+    for kind, n in info.tool_errors.items():
+        counts[f"tool_errors/{kind}"] += n
 
 
 def collect(
@@ -266,10 +269,11 @@ def collect(
     jobs = episode_jobs(envs, specs, group_size)
     for env, *_ in jobs:
         use_chat_template(env, tokenizer)
-    if turn_batching != "barrier" and not hasattr(policy, "turn_stream"):
+    named, policy = type(policy).__name__, as_policy(policy)
+    if turn_batching != "barrier" and not policy.streams_turns:
         raise ValueError(
             f"turn_batching {turn_batching!r} needs a policy with a turn_stream (the "
-            f"transformers and vLLM backends); {type(policy).__name__} has none: use 'barrier'"
+            f"transformers and vLLM backends); {named} has none: use 'barrier'"
         )
     workers = env_workers or len(jobs)
     with ThreadPoolExecutor(workers, "agentgym-env") if workers > 1 else nullcontext() as pool:
@@ -316,8 +320,7 @@ def _play(
     """Plays the started episodes turn by turn: one `generate` over every live episode,
     then their `env.step` calls at once on `pool`, applied in order. `limits`: the
     episode's most tokens, and the seconds an env call may take."""
-    policy, (max_tokens, env_timeout_s) = as_policy(policy), limits
-    end = find_turn_end(tokenizer)
+    (max_tokens, env_timeout_s), end = limits, find_turn_end(tokenizer)
     # a policy that can continues each episode's next turn from its cache
     with policy.reusing_cache():
         while live := [ep for ep in episodes if not ep.done]:
@@ -343,7 +346,7 @@ def _cut(ep: _Episode, max_tokens: int | None) -> None:
 
 def _stream(
     episodes: list[_Episode],
-    policy: Any,
+    policy: Policy,
     tokenizer: PreTrainedTokenizerBase,
     params: SamplingParams,
     limits: tuple[int | None, float | None],

@@ -28,6 +28,7 @@ from transformers import PreTrainedTokenizerBase
 
 from agentgym.config import Config
 from agentgym.env.core import AgentEnv, Task
+from agentgym.env.info import ResetInfo
 from agentgym.extras import require_serve
 from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.rollout.episodes import Job, episode_jobs, turn_stream, use_chat_template
@@ -50,7 +51,7 @@ class _Started:
     task: AgentTask
     group: int
     opening: list[dict[str, Any]]
-    info: Mapping[str, Any]
+    info: ResetInfo
 
 
 @dataclass(frozen=True)
@@ -251,17 +252,18 @@ class AgentPlayer:
         agent_env = cast(AgentEnv, env.unwrapped)
         use_chat_template(env, self.tokenizer)
         try:
-            obs, info = env.reset(**spec.reset_kwargs())
+            obs, raw = env.reset(**spec.reset_kwargs())
+            info = ResetInfo.read(raw)
         except Exception as err:  # a bug in the environment fails this episode, not the run
             task_id = spec.task_id or f"seed={spec.seed}"
-            failed = _trajectory(Episode(self.service.recorder()), task_id, group, [], {}, 0, {})
+            failed = _trajectory(Episode(self.service.recorder()), task_id, group, [], None, 0, {})
             return replace(failed, error=f"env.reset raised {type(err).__name__}: {err}")
         task = agent_env.task
         assert task is not None  # reset loaded it
         seed = params.seed
         streams = None if seed is None else (lambda k: turn_stream(seed, task.task_id, member, k))
         key = self.service.open_episode(streams, params, max_tokens)
-        tools = list(info.get("tools") or [])  # OpenAI function tools, as envs give them
+        tools = list(info.tools or [])  # OpenAI function tools
         opening = agent_env.agent_opening(list(obs))
         agent_task = AgentTask(task.task_id, opening, tools, task, env)
         return _Started(key, agent_task, group, obs, info)
@@ -333,7 +335,7 @@ def _trajectory(
     task_id: str,
     group: int,
     opening: list[dict[str, Any]],
-    info: Mapping[str, Any],
+    info: ResetInfo | None,
     reward: float,
     parts: dict[str, float],
     error: str | None = None,
@@ -358,8 +360,8 @@ def _trajectory(
             "split_samples": float(episode.recorder.split_samples),
         },
         error=error,
-        env=info.get("env"),
-        category=info.get("category"),
+        env=info.env if info else None,
+        category=info.category if info else None,
         split_samples=tuple(rows[:-1]),
     )
 
