@@ -27,7 +27,8 @@ def record_of(trajectories, rewards: torch.Tensor, advantages: torch.Tensor, gro
 
 
 def update_stats(config, learner, trajectories, rewards, advantages, tokenizer, beta,
-                 step=own_step) -> dict[str, float]:  # fmt: skip
+                 step=own_step, off_policy=False) -> dict[str, float]:  # fmt: skip
     """The update's stats on these trajectories (`learn.update.update`)."""
     record = record_of(trajectories, rewards, advantages, config.grpo.group_size)
-    return dict(update(record, learner, config, tokenizer.pad_token_id, beta, step).stats)
+    pad_id = tokenizer.pad_token_id
+    return dict(update(record, learner, config, pad_id, beta, step, off_policy).stats)

@@ -30,6 +30,7 @@ from agentgym.rollout.player import Submission
 from agentgym.run.interrupt import TrainingError
 from agentgym.run.preflight import require_ray
 from agentgym.scale import ray_rollout
+from agentgym.scale.players import make_player
 from agentgym.scale.ray_rollout import RayRollout, spread_groups
 from agentgym.sync import collective
 from agentgym.sync.collective import SyncGroup
@@ -131,6 +132,28 @@ def test_two_ray_workers_play_exactly_the_in_process_trajectories(ray_local):
         assert [t.group for t in played] == [0, 0, 1, 1, 2, 2]
         _assert_same(played, expected)
         assert rollout.restarts == 0
+    finally:
+        rollout.close()
+
+
+def test_an_agent_program_plays_on_ray_workers_as_it_plays_in_process(ray_local):
+    """`run.agent` is a player like the turn loop: each worker makes its own (its endpoint
+    on the worker, the agent imported there) and plays its share as this process would."""
+    config = _config("tool_call", **{"run.agent": "agents:tool_loop", "lora.enabled": False})
+    model, tokenizer = load_model_and_tokenizer("tiny-random")
+    player = make_player(config, tokenizer)
+    g = config.grpo.group_size
+    envs = [make_env(config.run.env) for _ in range(len(SPECS) * g)]
+    try:
+        expected = player.play(HFPolicy(model, tokenizer), envs, _step(config))
+    finally:
+        player.close()
+    assert any(t.turns for t in expected)
+    rollout = RayRollout(config, "tiny-random", [])
+    try:
+        played = rollout.collect(_step(config))
+        assert [t.group for t in played] == [0, 0, 1, 1, 2, 2]
+        _assert_same(played, expected)
     finally:
         rollout.close()
 

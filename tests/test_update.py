@@ -73,18 +73,21 @@ def test_an_episode_whose_reset_failed_has_no_row_even_when_flat_groups_are_drop
         assert torch.equal(batch.advantages[:, -1], advantages[:5])  # on each sampled token
 
 
-@pytest.mark.parametrize("backend", ["hf", "vllm"])
-def test_only_a_vllm_sampler_s_batch_is_corrected_for_its_logprob_mismatch(
-    recorded, monkeypatch, backend
+@pytest.mark.parametrize("off_policy", [False, True])
+def test_only_an_off_policy_sampler_s_batch_is_corrected_for_its_logprob_mismatch(
+    recorded, monkeypatch, off_policy
 ):
+    """`Trainer.off_policy` (a vLLM engine samples, or asynchronous GRPO: decided once, by
+    `Run.start_training`) is what the update reads, not the config's backend."""
     learner, tokenizer, calls, step = recorded
     corrected = []
     monkeypatch.setattr(learner, "correct_mismatch",
                         lambda batch: corrected.append(batch) or (batch, {"tis": 1.0}))  # fmt: skip
     trajs = [_trajectory(len(tokenizer), r, i) for i, r in enumerate([1.0, 0.0])]
-    config = _config(**{"policy.backend": backend})
+    config = _config(**{"policy.backend": "vllm"})  # read by no stage of the update
     stats = update_stats(config, learner, trajs, torch.tensor([1.0, 0.0]),
-                         torch.tensor([1.0, -1.0]), tokenizer, None, step=step)  # fmt: skip
-    assert len(corrected) == (backend == "vllm")
+                         torch.tensor([1.0, -1.0]), tokenizer, None, step=step,
+                         off_policy=off_policy)  # fmt: skip
+    assert len(corrected) == off_policy
     assert all(isinstance(b, Batch) and b.size == 2 for b in corrected)  # the step's batch
-    assert ("tis" in stats) == (backend == "vllm")
+    assert ("tis" in stats) == off_policy

@@ -36,15 +36,16 @@ def update(
     pad_id: int,
     beta: float | None = None,
     step: LearnerStep = own_step,
+    off_policy: bool = False,
 ) -> StepRecord:
     """`record` with its `stats`: the means of `grpo.num_iterations` learner steps on its batch.
 
     Groups whose rewards are all equal (`record.flat_groups`) are left out first with
     `grpo.drop_zero_variance_groups`, and episodes cut at the token budget are masked
     out of the loss with `grpo.mask_truncated_completions`. Later iterations compare
-    against the same stored old logprobs: the sampler's, or, with a vLLM sampler or
-    asynchronous GRPO (`pipeline.max_off_policy_steps` > 0), the learner's own,
-    recomputed first, with truncated importance weights for the sampler's
+    against the same stored old logprobs: the sampler's, or, `off_policy` (a vLLM sampler
+    or asynchronous GRPO, `pipeline.max_off_policy_steps` > 0: `Trainer.off_policy`), the
+    learner's own, recomputed first, with truncated importance weights for the sampler's
     (`Learner.correct_mismatch`). Asynchronously that is the decoupled objective (AReaL,
     Fu et al. 2025, arXiv:2505.24298): the clip is taken around the weights being
     updated, not the older ones that sampled, whose distance the weights correct.
@@ -68,7 +69,7 @@ def update(
     if g.mask_truncated_completions:
         complete = torch.tensor([not t.truncated for t in kept], dtype=batch.loss_mask.dtype)
         batch = batch.masked_rows(complete)
-    if config.policy.backend == "vllm" or config.pipeline.max_off_policy_steps:
+    if off_policy:
         batch, mismatch = learner.correct_mismatch(batch)
         stats.update(mismatch)
     runs = [step(learner, batch, beta) for _ in range(g.num_iterations)]

@@ -94,10 +94,7 @@ def check_rft(config: Config) -> None:
     """
     if ranks.world_size() > 1:
         raise ConfigError("agentgym rft runs in one process: launch it without torchrun")
-    if config.distributed.backend == "ray":
-        preflight.require_ray()
-    if config.policy.backend == "vllm":
-        preflight.require_vllm(config)
+    preflight.require_backends(config)
     shared = config.model_copy(
         update={
             "sft": config.sft.model_copy(update={"warmup": False, "long": "off"}),

@@ -27,9 +27,9 @@ rate's warm-up); `grpo.epsilon_high` < `grpo.epsilon` (a narrower upper clip);
 (the episode is cut after that turn); `optim.micro_batch_size` larger than the
 batch (one micro-batch).
 
-`require_ray`, `require_vllm` and `check_torchrun` check what the backends need of
-this machine and this launch (installed packages, vLLM's sleep mode, torchrun's
-world size); the run calls them before any model loads.
+`require_backends` (`require_ray`, `require_vllm`) and `check_torchrun` check what the
+backends need of this machine and this launch (installed packages, vLLM's sleep mode,
+torchrun's world size); the run calls them before any model loads.
 """
 
 from __future__ import annotations
@@ -152,7 +152,9 @@ def rule_problems(config: Config, command: Command) -> list[Problem]:
 
 
 def _agent_problems(config: Config) -> list[Problem]:
-    """Whether `run.agent` names an async function that can be imported, and plays here."""
+    """Whether `run.agent` names an async function that can be imported. It plays wherever
+    the run's player does: in this process, on each torchrun rank, or on each Ray worker
+    (which imports it as this process does: the module must be on the workers' path)."""
     if config.run.agent is None:
         return []
     require_serve("run.agent (the endpoint an agent calls)")
@@ -163,9 +165,6 @@ def _agent_problems(config: Config) -> list[Problem]:
         problems.append(
             Problem("run.agent", str(err).removeprefix(f"run.agent {config.run.agent!r}: "))
         )
-    if config.distributed.backend != "none":
-        why = "an agent program plays through the endpoint in this process"
-        problems.append(Problem("distributed.backend", f"{why}; valid: none with run.agent"))
     return problems
 
 
@@ -365,6 +364,15 @@ def require_ray() -> Any:
             "pip install 'ray>=2.9' (or pip install 'agentgym[distributed]')"
         ) from None
     return ray
+
+
+def require_backends(config: Config) -> None:
+    """Fails before any model loads when a backend the config names is not here: Ray for
+    `distributed.backend: ray`, vLLM for `policy.backend: vllm` (`require_vllm`)."""
+    if config.distributed.backend == "ray":
+        require_ray()
+    if config.policy.backend == "vllm":
+        require_vllm(config)
 
 
 def require_vllm(config: Config) -> None:

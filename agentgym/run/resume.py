@@ -100,6 +100,12 @@ class Trainer:
     submitted: deque[Submitted] = field(default_factory=deque)
     """Steps whose tasks the sampler was handed ahead of the learner, oldest first
     (asynchronous GRPO, `pipeline.max_off_policy_steps`); empty between synchronous steps."""
+    staleness: int = 0
+    """k: how many steps the sampler plays ahead of the learner (asynchronous GRPO with
+    `pipeline.max_off_policy_steps` k; 0: synchronous), as `Run.start_training` decided."""
+    off_policy: bool = False
+    """The sampler's logprobs are not the learner's (a separate engine, or weights up to k
+    steps older): the update recomputes the learner's and corrects for the difference."""
 
     @property
     def model(self):

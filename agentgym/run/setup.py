@@ -105,10 +105,7 @@ class Run:
         state = resume_state(resume) if resume is not None else None
         preflight.check_registered(config)
         reward_fns = RewardFunctions(config.rewards)
-        if config.distributed.backend == "ray":
-            preflight.require_ray()
-        if config.policy.backend == "vllm":
-            preflight.require_vllm(config)
+        preflight.require_backends(config)
         seed_everything(config.run.seed)
         start_model = state.start_model if state else config.model.name
         assert config.run.output is not None  # the CLI names the run's folder first
@@ -165,7 +162,13 @@ class Run:
         if self.state is not None:
             assert resume is not None  # the state was read from it
             progress = restore(self.state, resume, learner, rng)
-        self.trainer = Trainer(learner, tokenizer, rng, progress, unsharded=whole)
+        # the one reading of the staleness bound: the sampler plays ahead, the learner
+        # corrects for the sampler's logprobs (so it does for a separate engine's)
+        ahead = config.pipeline.max_off_policy_steps
+        off_policy = ahead > 0 or self.policy.model is None
+        self.trainer = Trainer(
+            learner, tokenizer, rng, progress, whole, staleness=ahead, off_policy=off_policy
+        )
         self.sampler = make_sampler(
             config,
             self.envs,
@@ -175,8 +178,8 @@ class Run:
             self.start_model,
             learner.named_weights,
             learner_model=learner.model,
+            plays_ahead=ahead > 0,
         )
-        ahead = config.pipeline.max_off_policy_steps
         kept = read_trainer(resume).get("sampler_weights", {}) if resume and ahead else {}
         if kept:  # the oldest, that step s + 1 is played with
             low = min(kept)
@@ -184,10 +187,12 @@ class Run:
         elif self.state is not None or whole is not None:
             self.sampler.load_weights(lambda: ranks.share_weights(learner), progress.step)
         if ahead:
-            self.sampler = self._ahead(self.sampler, learner, progress.step, kept)
+            self.sampler = self._ahead(self.sampler, learner, ahead, progress.step, kept)
         return self.trainer
 
-    def _ahead(self, inner: Sampler, learner: Learner, step: int, kept: dict) -> AheadSampler:
+    def _ahead(
+        self, inner: Sampler, learner: Learner, k: int, step: int, kept: dict
+    ) -> AheadSampler:
         """The sampler that plays ahead of the learner from step `step + 1`. A resumed
         run's checkpoint `kept` the weights its steps handed ahead are played with
         (`AheadSampler.kept`): `inner` holds the oldest; the others are handed over again."""
@@ -195,7 +200,7 @@ class Run:
         newest = lambda: ranks.share_weights(learner)  # noqa: E731
         ahead = AheadSampler(
             inner,
-            config.pipeline.max_off_policy_steps,
+            k,
             first_step=step + 1,
             partial_rollouts=config.pipeline.partial_rollouts,
             start=(lambda: kept[min(kept)]) if kept else newest,

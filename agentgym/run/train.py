@@ -63,7 +63,7 @@ def train_step(
     env's own). The KL coefficient is the beta schedule's at `step`.
     """
     g, learner, start = config.grpo, trainer.learner, time.perf_counter()
-    ahead, queue = config.pipeline.max_off_policy_steps, trainer.submitted
+    ahead, queue = trainer.staleness, trainer.submitted
     # this step's tasks, and, asynchronously, those of the k steps after it (not past the end)
     while not queue or (len(queue) <= ahead and step + len(queue) <= config.run.steps):
         queue.append(_submit(config, trainer, sampler, difficulty))
@@ -78,7 +78,8 @@ def train_step(
     faults.reached("update", step)
     with policy.released() if policy is not None else contextlib.nullcontext():
         pad_id = trainer.tokenizer.pad_token_id
-        record = update(record, learner, config, pad_id, g.beta_at(step), ranks.share_step)
+        beta, off_policy = g.beta_at(step), trainer.off_policy
+        record = update(record, learner, config, pad_id, beta, ranks.share_step, off_policy)
     synced = sampler.load_weights(lambda: ranks.share_weights(learner), step)
     timings = {
         records.STEP_SECONDS: time.perf_counter() - start,

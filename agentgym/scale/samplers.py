@@ -108,14 +108,14 @@ def sampler_envs(config: Config) -> list[gym.Env]:
 
 
 def own_copy(
-    config: Config, policy: Policy, tokenizer: PreTrainedTokenizerBase, learner_model: object
+    policy: Policy, tokenizer: PreTrainedTokenizerBase, learner_model: object, plays_ahead: bool
 ) -> tuple[Policy, bool]:
     """The policy an in-process sampler plays with, and whether it has its own copy of the
-    weights (to refresh after each step): `policy`, or, with asynchronous GRPO, which samples
-    while the learner steps, a transformers policy of a copy of `learner_model` where
-    `policy` samples with the learner's own model."""
+    weights (to refresh after each step): `policy`, or, where it `plays_ahead` (asynchronous
+    GRPO samples while the learner steps), a transformers policy of a copy of
+    `learner_model` where `policy` samples with the learner's own model."""
     copies = policy.model is not learner_model
-    if config.pipeline.max_off_policy_steps and not copies:
+    if plays_ahead and not copies:
         own = cast(PreTrainedModel, copy.deepcopy(learner_model))
         return HFPolicy(own, tokenizer), True
     return policy, copies
@@ -130,13 +130,14 @@ def make_sampler(
     start_model: str | None,
     weights: WeightSource,
     learner_model: object = None,
+    plays_ahead: bool = False,
 ) -> Sampler:
     """The run's sampler: `distributed.backend: ray` starts Ray workers that load
     `start_model` and then `weights()`, each with its own player; otherwise `player` plays
     with `policy` in `envs` (`sampler_envs`; the sampler closes them and the player),
     refreshing its own copy of the weights when it does not sample with `learner_model`,
-    and under torchrun every rank plays its share (`ranks_sample`). Asynchronous GRPO
-    (`pipeline.max_off_policy_steps`) samples while the learner steps, so a transformers
+    and under torchrun every rank plays its share (`ranks_sample`). A sampler that
+    `plays_ahead` (asynchronous GRPO) samples while the learner steps, so a transformers
     policy of the learner's own model gets a copy of it here (`AheadSampler` wraps what
     this returns, in `Run`)."""
     if config.distributed.backend == "ray":
@@ -144,5 +145,5 @@ def make_sampler(
         return RaySampler(RayRollout(config, start_model, weights()))
     if ranks_sample(config):
         return RankSampler(envs, policy, player)
-    policy, copies = own_copy(config, policy, tokenizer, learner_model)
+    policy, copies = own_copy(policy, tokenizer, learner_model, plays_ahead)
     return InProcessSampler(envs, policy, player, copies_weights=copies)
