@@ -53,3 +53,9 @@ def digit_share(completion, **kwargs):
     """The share of the completion's characters that are digits (varies within a group,
     so a run with it trains on different advantages; `bench/same_run.py matrix` uses it)."""
     return sum(c.isdigit() for c in completion) / max(len(completion), 1)
+
+
+def text_length(completion, **kwargs):
+    """The completion's characters / 100: tokens decode to texts of different lengths, so
+    it varies within a group even where no sample writes a digit (tests/test_player.py)."""
+    return len(completion) / 100

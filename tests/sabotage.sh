@@ -131,6 +131,11 @@ sabotage "a reward part's weight changed (the tool part)" agentgym/env/tool_env.
     '    {"correctness": 1.0, "tool": 0.5, "format": 0.1}' '    {"correctness": 1.0, "tool": 0.4, "format": 0.1}' \
     tests/test_tool_call_env.py::test_a_wrong_final_answer_scores_less
 
+sabotage "a step's reward put one token before the last id its turn sampled" agentgym/types.py \
+    '                last = end - 2  # token end - 1 is predicted at position end - 2' \
+    '                last = end - 3' \
+    tests/test_step_rewards.py::test_each_step_reward_sits_on_the_last_id_its_turn_sampled
+
 # -- resume ---------------------------------------------------------------------------------
 
 sabotage "the scheduler's state left out of the resume" agentgym/learn/learner.py \
@@ -308,9 +313,9 @@ sabotage "an evaluation leaving its weights in the sampler's policy" agentgym/ro
     tests/test_async.py::test_an_evaluation_holds_the_thread_and_the_sampler_plays_on_as_without_it
 
 sabotage "async GRPO clipping around the sampler's stale logprobs (no decoupled objective)" \
-    agentgym/learn/update.py \
-    '    if config.policy.backend == "vllm" or config.pipeline.max_off_policy_steps:' \
-    '    if config.policy.backend == "vllm":' \
+    agentgym/run/setup.py \
+    '        off_policy = ahead > 0 or self.policy.model is None' \
+    '        off_policy = self.policy.model is None' \
     tests/test_async.py::test_with_k_1_each_step_trains_on_tokens_of_version_step_minus_2_and_logs_it
 
 # -- continuous batching over turns ---------------------------------------------------------

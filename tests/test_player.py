@@ -11,7 +11,9 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 from players import ServedEnvPlayer
+from safetensors.torch import load_file
 
 from agentgym.cli import main
 from agentgym.config import Config, load_config
@@ -30,6 +32,7 @@ SMALL = [
     "grpo.tasks_per_step=2", "grpo.group_size=4", "sampling.max_new_tokens=12",
     "optim.lr=5e-3", "run.report_to=[]",
 ]  # fmt: skip
+TEXT_LENGTH = "rewards.functions=[{fn: 'reward_fns_fixture:text_length', weight: 1.0}]"
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +44,17 @@ def test_a_player_written_outside_the_package_trains_two_steps_and_evaluates(tmp
     ServedEnvPlayer.served_threads.clear()
     player = ["--set", "run.player=players:ServedEnvPlayer"]
     run = tmp_path / "run"
-    sets = [*SMALL, "eval.every=2", "eval.tasks=2", "eval.report_tasks=0"]
+    sets = [*SMALL, "eval.every=2", "eval.tasks=2", "eval.report_tasks=0", TEXT_LENGTH]
     argv = ["train", "--env", ENV, "--model", "tiny-random", "--steps", "2", "--output", str(run)]
     assert main([*argv, *player, *(f"--set={s}" for s in sets)]) == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["failures/fraction"] == 0 for r in rows)
+    # its episodes are learned from: rewards vary within groups and the weights move
+    assert all(r["grad_norm"] > 0 for r in rows)
+    start, _ = load_model_and_tokenizer("tiny-random")
+    trained_weights = load_file(run / "checkpoint-000002" / "model.safetensors")
+    assert any(not torch.equal(p, start.state_dict()[n]) for n, p in trained_weights.items())
     assert "eval/correctness" in rows[-1]  # the held-out evaluation at step 2, played by it
     trained = [json.loads(x) for x in (run / "trained.jsonl").read_text().splitlines()]
     assert [len(r["groups"]) for r in trained] == [2, 2]
