@@ -1,4 +1,6 @@
-"""`make_policy`: the run's policy, as `policy.backend` says; the one place that asks."""
+"""`make_policy`: the run's policy, as `policy.backend` says; the one place a policy is
+built from the config (the run, Ray workers, RFT, `agentgym serve`). Besides it, only
+checks read the option: preflight (is vLLM here) and `scale.samplers.ranks_sample`."""
 
 from __future__ import annotations
 

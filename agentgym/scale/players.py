@@ -1,4 +1,5 @@
-"""`make_player`: who plays the run's episodes, as the config says; the one place that asks.
+"""`make_player`: who plays the run's episodes, as the config says; the one place a player
+is chosen (preflight and `config.rules` only check the options).
 
 A Ray worker, a torchrun rank, the in-process sampler and held-out evaluation each get
 their player here, so that a new kind of player (`run.player`) plays everywhere they do.
