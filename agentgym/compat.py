@@ -1,4 +1,4 @@
-"""Differences between the transformers versions agentgym runs on.
+"""Differences between the transformers versions agentgym runs on, and a torch workaround.
 
 Imports nothing of agentgym; the policy and the learner both call the model's forward.
 """
@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import inspect
 
+import torch
 from transformers import PreTrainedModel
+
+# torch's CPU math functions (cos, exp, ...) call MKL, which picks its kernels by CPU type
+# on its first call, in steps that are not thread-safe: where that first call comes from
+# two OpenMP threads at once (the rotary cos of a first forward, split over the threads),
+# one can read the half-written CPU type and compute its half with MKL's low-accuracy
+# kernels (cos off by 1.5e-4), so that the first forward of a process differs from the
+# next. One call here, on this thread, makes the choice before anything runs in parallel.
+torch.zeros(1).cos()
 
 
 def cache_kwarg(model: PreTrainedModel) -> str:
