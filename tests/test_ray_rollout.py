@@ -154,6 +154,8 @@ def test_an_agent_program_plays_on_ray_workers_as_it_plays_in_process(ray_local)
         played = rollout.collect(_step(config))
         assert [t.group for t in played] == [0, 0, 1, 1, 2, 2]
         _assert_same(played, expected)
+        # a worker does not know the policy version: the driver's sampler stamps it
+        assert all(t.token_versions == () for t in (*played, *expected))
     finally:
         rollout.close()
 

@@ -216,7 +216,8 @@ class AgentPlayer:
         """The submission's episodes, each played by the agent through the endpoint,
         grouped by task. `versions` is asked once: an agent's episode takes new weights
         between episodes, not between turns; each request records the version it was
-        sampled with."""
+        sampled with. Without `versions` (a Ray worker, a torchrun rank) the player does
+        not know the version, and leaves `token_versions` empty for the caller to stamp."""
         self.serve(policy)
         if versions is not None:
             with self.engine.lock:
@@ -225,7 +226,8 @@ class AgentPlayer:
         # within one play the weights do not change: a turn continues from its episode's
         # kept keys and values, as in the rollout
         with as_policy(policy).reusing_cache():
-            return asyncio.run(self._play_all(jobs, submission.params, submission.max_tokens))
+            played = asyncio.run(self._play_all(jobs, submission.params, submission.max_tokens))
+        return played if versions is not None else [_unversioned(t) for t in played]
 
     async def _play_all(
         self, jobs: list[Job], params: SamplingParams, max_tokens: int | None
@@ -364,6 +366,12 @@ def _trajectory(
         category=info.category if info else None,
         split_samples=tuple(rows[:-1]),
     )
+
+
+def _unversioned(trajectory: Trajectory) -> Trajectory:
+    """`trajectory` and its split samples without the versions the engine recorded."""
+    split = tuple(replace(s, token_versions=()) for s in trajectory.split_samples)
+    return replace(trajectory, token_versions=(), split_samples=split)
 
 
 def _sample_row(sample: Sample, task_id: str, group: int) -> Trajectory:
