@@ -147,16 +147,7 @@ def turn_player(config: Config, tokenizer: PreTrainedTokenizerBase) -> TurnPlaye
 def load_player(path: str) -> PlayerFactory:
     """The player factory `module:name` or `path/to/file.py:name` names (`run.player`);
     ValueError naming `run.player` and what is wrong."""
-    where, _, name = path.rpartition(":")
-    if not where or not name:
-        raise ValueError(
-            f"run.player {path!r}: give it as module:name or file.py:name, e.g. my_players:Remote"
-        )
-    try:
-        module = import_named(where)
-    except (ImportError, OSError) as err:
-        raise ValueError(f"run.player {path!r}: cannot import {where!r}: {err}") from None
-    factory = getattr(module, name, None)
+    where, name, factory = named_object("run.player", path, "my_players:Remote")
     if factory is None or not callable(factory):
         raise ValueError(
             f"run.player {path!r}: {where} has no callable {name!r}; a player factory is "
@@ -165,7 +156,23 @@ def load_player(path: str) -> PlayerFactory:
     return cast(PlayerFactory, factory)
 
 
-def import_named(where: str) -> ModuleType:
+def named_object(option: str, path: str, example: str) -> tuple[str, str, Any]:
+    """What `module:name` or `path/to/file.py:name` names, as (module, name, the object or
+    None where the module has no such name); ValueError naming `option` when `path` is not
+    of that form or its module cannot be imported (`run.player`, `run.agent`)."""
+    where, _, name = path.rpartition(":")
+    if not where or not name:
+        raise ValueError(
+            f"{option} {path!r}: give it as module:name or file.py:name, e.g. {example}"
+        )
+    try:
+        module = _import(where)
+    except (ImportError, OSError) as err:
+        raise ValueError(f"{option} {path!r}: cannot import {where!r}: {err}") from None
+    return where, name, getattr(module, name, None)
+
+
+def _import(where: str) -> ModuleType:
     """The module `where` names: a dotted module, or a Python file's path (`.py`)."""
     if not where.endswith(".py"):
         return importlib.import_module(where)

@@ -32,7 +32,7 @@ from agentgym.env.info import ResetInfo
 from agentgym.extras import require_serve
 from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.rollout.episodes import Job, episode_jobs, turn_stream, use_chat_template
-from agentgym.rollout.player import Submission, Versions, import_named
+from agentgym.rollout.player import Submission, Versions, named_object
 from agentgym.serve.engine import Engine
 from agentgym.serve.recorder import Sample
 from agentgym.serve.service import ChatService, Episode
@@ -102,17 +102,7 @@ class AgentTask:
 def load_agent(path: str) -> AgentFn:
     """The agent `module:function` or `path/to/file.py:function` names; ValueError naming
     `run.agent` and what is wrong."""
-    where, _, name = path.rpartition(":")
-    if not where or not name:
-        raise ValueError(
-            f"run.agent {path!r}: give it as module:function or file.py:function, "
-            "e.g. my_agents:solve"
-        )
-    try:
-        module = import_named(where)
-    except (ImportError, OSError) as err:
-        raise ValueError(f"run.agent {path!r}: cannot import {where!r}: {err}") from None
-    agent = getattr(module, name, None)
+    where, name, agent = named_object("run.agent", path, "my_agents:solve")
     if agent is None or not inspect.iscoroutinefunction(agent):
         raise ValueError(
             f"run.agent {path!r}: {where} has no async function {name!r}; an agent is "
