@@ -128,3 +128,11 @@ def test_a_factory_that_gives_no_player_is_refused_naming_what_it_lacks(tiny):
 def test_a_player_and_an_agent_at_once_are_refused():
     with pytest.raises(Exception, match="run.player with run.agent: each names who plays"):
         load_config(overrides={"run.player": "players:ServedEnvPlayer", "run.agent": "a:b"})
+
+
+def test_a_player_that_cannot_be_loaded_stops_train_before_a_model_loads(tmp_path, capsys):
+    argv = ["train", "--env", ENV, "--model", "tiny-random", "--steps", "1"]
+    code = main([*argv, "--output", str(tmp_path / "run"), "--set", "run.player=players:NoSuch"])
+    assert code == 2
+    assert "run.player: players has no callable 'NoSuch'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -12,7 +12,7 @@ from agentgym.env.core import make_env
 from agentgym.policy.base import SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.rollout.episodes import TaskSpec
-from agentgym.rollout.player import Submission, TurnPlayer
+from agentgym.rollout.player import Submission, TurnPlayer, turn_player
 from agentgym.rollout.sampler import InProcessSampler
 from agentgym.scale.samplers import make_sampler
 
@@ -66,6 +66,6 @@ def test_make_sampler_copies_exactly_when_the_policy_is_not_on_the_learner_s_mod
     other = copy.deepcopy(model)
     for policy_model, copies in ((model, False), (other, True)):
         policy = HFPolicy(policy_model, tokenizer)
-        player = TurnPlayer(tokenizer)
-        sampler = make_sampler(config, [], policy, tokenizer, player, None, lambda: [], model)
+        sampler = make_sampler(config, [], policy, tokenizer, None, lambda: [], model)
         assert isinstance(sampler, InProcessSampler) and sampler.copies_weights is copies
+        assert sampler.player == turn_player(config, tokenizer)  # the config's turn loop

@@ -55,7 +55,6 @@ from agentgym.run.checkpoint import save_checkpoint
 from agentgym.run.interrupt import StopRequest, TrainingError
 from agentgym.run.setup import sampling_params, seed_everything, task_specs
 from agentgym.scale import ranks
-from agentgym.scale.players import make_player
 from agentgym.scale.samplers import make_sampler, sampler_envs
 from agentgym.sft.warmup import sft_optimizer, sft_step
 from agentgym.types import StepRecord, Trajectory
@@ -147,11 +146,8 @@ class RFTRun:
         envs = sampler_envs(view)
         weights = cls.trainable(model)
         try:
-            player = make_player(view, tokenizer)
             start = config.model.name
-            sampler = make_sampler(
-                view, envs, policy, tokenizer, player, start, weights, learner_model=model
-            )
+            sampler = make_sampler(view, envs, policy, tokenizer, start, weights, model)
         except BaseException:
             for env in envs:
                 env.close()

@@ -50,6 +50,7 @@ from agentgym.extras import available, install_hint, require_serve
 from agentgym.learn.advantages import unregistered
 from agentgym.policy.chat_templates import read_chat_template
 from agentgym.policy.models import ModelNotFoundError, check_model_available
+from agentgym.rollout.player import load_player
 from agentgym.run.curriculum import level_problem
 from agentgym.sandboxes import Sandbox, SandboxUnavailableError
 from agentgym.scale import ranks
@@ -102,7 +103,7 @@ def check(
         except (ValueError, OSError) as err:
             problems.append(Problem("model.chat_template", str(err)))
     problems += _env_problems(config, command)
-    problems += _agent_problems(config)
+    problems += _player_problems(config)
     if command == "train":
         problems += [
             Problem("run.report_to", f"{name} is not installed: {install_hint(name)}")
@@ -151,20 +152,24 @@ def rule_problems(config: Config, command: Command) -> list[Problem]:
     return problems
 
 
-def _agent_problems(config: Config) -> list[Problem]:
-    """Whether `run.agent` names an async function that can be imported. It plays wherever
-    the run's player does: in this process, on each torchrun rank, or on each Ray worker
-    (which imports it as this process does: the module must be on the workers' path)."""
-    if config.run.agent is None:
-        return []
-    require_serve("run.agent (the endpoint an agent calls)")
-    problems = []
-    try:
-        load_agent(config.run.agent)
-    except ValueError as err:
-        problems.append(
-            Problem("run.agent", str(err).removeprefix(f"run.agent {config.run.agent!r}: "))
-        )
+def _player_problems(config: Config) -> list[Problem]:
+    """Whether `run.agent` names an async function, and `run.player` a player factory, that
+    can be imported. They play wherever the run's player does: in this process, on each
+    torchrun rank, or on each Ray worker (which imports them as this process does: the
+    module must be on the workers' path)."""
+    run, problems = config.run, []
+    if run.agent is not None:
+        require_serve("run.agent (the endpoint an agent calls)")
+    for field, path, load in (
+        ("run.agent", run.agent, load_agent),
+        ("run.player", run.player, load_player),
+    ):
+        if path is None:
+            continue
+        try:
+            load(path)
+        except ValueError as err:
+            problems.append(Problem(field, str(err).removeprefix(f"{field} {path!r}: ")))
     return problems
 
 

@@ -174,7 +174,6 @@ class Run:
             self.envs,
             self.policy,
             tokenizer,
-            make_player(config, tokenizer),
             self.start_model,
             learner.named_weights,
             learner_model=learner.model,

@@ -30,6 +30,7 @@ from agentgym.rollout.sampler import (
     play_merged,
 )
 from agentgym.scale import ranks
+from agentgym.scale.players import make_player
 from agentgym.scale.ray_rollout import RayRollout, spread_groups
 from agentgym.types import Trajectory
 
@@ -126,23 +127,23 @@ def make_sampler(
     envs: list[gym.Env],
     policy: Policy,
     tokenizer: PreTrainedTokenizerBase,
-    player: Player,
     start_model: str | None,
     weights: WeightSource,
     learner_model: object = None,
     plays_ahead: bool = False,
 ) -> Sampler:
     """The run's sampler: `distributed.backend: ray` starts Ray workers that load
-    `start_model` and then `weights()`, each with its own player; otherwise `player` plays
-    with `policy` in `envs` (`sampler_envs`; the sampler closes them and the player),
+    `start_model` and then `weights()`, each with its own player; otherwise the run's
+    player (`make_player`) plays with `policy` in `envs` (`sampler_envs`; the sampler
+    closes them and the player),
     refreshing its own copy of the weights when it does not sample with `learner_model`,
     and under torchrun every rank plays its share (`ranks_sample`). A sampler that
     `plays_ahead` (asynchronous GRPO) samples while the learner steps, so a transformers
     policy of the learner's own model gets a copy of it here (`AheadSampler` wraps what
     this returns, in `Run`)."""
-    if config.distributed.backend == "ray":
-        player.close()  # the workers make their own
+    if config.distributed.backend == "ray":  # the workers make their own players
         return RaySampler(RayRollout(config, start_model, weights()))
+    player = make_player(config, tokenizer)
     if ranks_sample(config):
         return RankSampler(envs, policy, player)
     policy, copies = own_copy(policy, tokenizer, learner_model, plays_ahead)
