@@ -84,7 +84,9 @@ class Player(Protocol):
         ...
 
     def close(self) -> None:
-        """Frees what the player holds (a server, its port); the policy is the caller's."""
+        """Frees what the player holds (a server, its port); the policy is the caller's.
+        A `play` after it starts again (held-out evaluation closes its player after each
+        evaluation, so that nothing is held between two)."""
         ...
 
 
