@@ -103,9 +103,9 @@ class ServedEnvPlayer:
                 for i, spec in enumerate(submission.specs)
                 for k in range(g)
             ]
-            version = None
+            # asked once, as an agent program's player does: no new weights mid-submission
+            version = versions() if versions is not None else None
             while playing := [ep for ep in live if not ep.done]:
-                version = versions() if versions is not None else None
                 gens = policy.generate([ep.tokens for ep in playing], submission.params)
                 for ep, gen in zip(playing, gens, strict=True):
                     self._turn(ep, gen, submission.max_tokens)
