@@ -85,6 +85,13 @@ if "agentgym/Tasks-v0" not in gym.registry:
         max_episode_steps=6,
     )
 
+if "agentgym/OpenEnv-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/OpenEnv-v0",
+        entry_point="agentgym.envs.openenv.env:OpenEnvEnv",
+        max_episode_steps=16,
+    )
+
 __all__ = [
     "SHORT_NAMES",
     "AgentEnv",

@@ -25,6 +25,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "wandb": ("wandb", "wandb"),
     "mlflow": ("mlflow", "mlflow-skinny"),
     "pandas": ("trackio", "pandas"),
+    "websockets": ("openenv", "websockets"),
+    "openenv": ("openenv", "openenv-core"),
 }
 
 

@@ -9,7 +9,9 @@ from gymnasium.utils.env_checker import check_env
 import agentgym  # noqa: F401  (registers the built-in environments)
 from agentgym.env.checker import AgentEnvCheckError, check_agent_env
 
-ENV_IDS = sorted(env_id for env_id in gym.registry if env_id.startswith("agentgym/"))
+# OpenEnv-v0 plays a server given by URL: tests/test_openenv.py checks it against one.
+SERVED = {"agentgym/OpenEnv-v0"}
+ENV_IDS = sorted(id_ for id_ in gym.registry if id_.startswith("agentgym/") and id_ not in SERVED)
 
 # AgentEnv.metadata declares no render_fps; meaningless for text, but Gymnasium warns.
 WRAPPED_WARNING = ".*is different from the unwrapped version.*"

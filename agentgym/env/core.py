@@ -248,6 +248,7 @@ SHORT_NAMES = {
     "tool_call": "agentgym/ToolCall-v0",
     "tasks": "agentgym/Tasks-v0",
     "function_calls": "agentgym/FunctionCalls-v0",
+    "openenv": "agentgym/OpenEnv-v0",
 }
 """The CLI's short names of the built-in environments (`import agentgym` registers them)."""
 

@@ -1,0 +1,1 @@
+"""`agentgym/OpenEnv-v0`: any OpenEnv server, played over its WebSocket route."""
