@@ -1,4 +1,4 @@
-"""The `agentgym` command: train, sft, rft, eval, serve, envs, doctor."""
+"""The `agentgym` command: train, sft, rft, eval, serve, serve-env, envs, doctor."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from agentgym.config import Config, ConfigError, EvalConfig
 from agentgym.config_cli import add_config_arguments, load, version
 from agentgym.extras import MissingExtraError, require_serve
+from agentgym.serve_env_cli import cmd_serve_env, port_number, serve_env_parser
 from agentgym.view.view_command import cmd_view, view_parser
 
 AGENT_FLAG_HELP = (
@@ -83,7 +84,7 @@ def _serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="Serve a model behind an OpenAI-compatible endpoint.")
     p.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (model.name)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
-    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("--port", type=port_number, default=8000, help="port (default: 8000)")
     p.add_argument("--policy", choices=["hf", "vllm"], help="sampling backend (policy.backend)")
     p.add_argument("--api-key", help="requests must send it as 'Authorization: Bearer <key>'")
     p.add_argument("--config", type=Path, help="YAML config (model, sampling, run.env_kwargs)")
@@ -140,9 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.FIELD=VALUE",
         help="override any config field",
     )
-    _serve_parser(sub)
-    view_parser(sub)
-    _export_parser(sub)
+    for add_parser in (_serve_parser, serve_env_parser, view_parser, _export_parser):
+        add_parser(sub)
     sub.add_parser("envs", help="List the registered agent environments.")
     doctor = sub.add_parser("doctor", help="Check a model's chat template for tool use.")
     doctor.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (default)")
@@ -361,8 +361,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     flags = {"model.name": args.model, "policy.backend": args.policy}
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
     config = load(args.config, [*args.overrides, *named])
-    if not 0 < args.port < 65536:
-        raise ConfigError(f"--port {args.port}: give a port from 1 to 65535")
     run_serve(config, args.host, args.port, args.api_key)
     return 0
 
@@ -425,6 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "envs": cmd_envs,
         "doctor": cmd_doctor,
         "serve": cmd_serve,
+        "serve-env": cmd_serve_env,
         "export": cmd_export,
         "view": cmd_view,
     }
