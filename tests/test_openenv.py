@@ -160,6 +160,20 @@ def test_train_two_steps_and_evaluate_on_an_openenv_server(echo, tmp_path):
     assert [t["task_id"] for t in tasks] == ["test/0", "test/1"]
 
 
+def test_a_server_that_stops_answering_stops_the_run_by_the_failure_policy(echo, tmp_path, capsys):
+    argv = ["train", "--env", "openenv", "--model", "tiny-random", "--steps", "2"]
+    sets = [*SMALL, f"run.env_kwargs.url={echo}", "run.env_kwargs.timeout_s=0.5"]
+    sets += ["run.max_failed_steps=1"]
+    EchoDigit.hold.set()  # resets answer (preflight passes); steps never do
+    try:
+        code = main([*argv, "--output", str(tmp_path / "run"), *(f"--set={s}" for s in sets)])
+    finally:
+        EchoDigit.hold.clear()
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "OpenEnvError" in err and f"{echo} did not answer a step in 0.5 s" in err
+
+
 # --- agentgym serve-env, played by openenv-core's own client --------------------------------
 
 
