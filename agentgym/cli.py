@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from agentgym.config import Config, ConfigError, EvalConfig
 from agentgym.config_cli import add_config_arguments, load, version
 from agentgym.extras import MissingExtraError, require_serve
-from agentgym.serve_env_cli import cmd_serve_env, port_number, serve_env_parser
+from agentgym.serve_env_cli import cmd_serve_env, serve_env_parser
 from agentgym.view.view_command import cmd_view, view_parser
 
 AGENT_FLAG_HELP = (
@@ -84,7 +84,7 @@ def _serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="Serve a model behind an OpenAI-compatible endpoint.")
     p.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (model.name)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
-    p.add_argument("--port", type=port_number, default=8000, help="port (default: 8000)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument("--policy", choices=["hf", "vllm"], help="sampling backend (policy.backend)")
     p.add_argument("--api-key", help="requests must send it as 'Authorization: Bearer <key>'")
     p.add_argument("--config", type=Path, help="YAML config (model, sampling, run.env_kwargs)")
@@ -361,6 +361,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     flags = {"model.name": args.model, "policy.backend": args.policy}
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
     config = load(args.config, [*args.overrides, *named])
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port {args.port}: give a port from 1 to 65535")
     run_serve(config, args.host, args.port, args.api_key)
     return 0
 

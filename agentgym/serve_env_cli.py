@@ -5,19 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from agentgym.config import ConfigError
 from agentgym.config_cli import load
 from agentgym.extras import require
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 1 to 65535."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a port from 1 to 65535")
-    return port
 
 
 def serve_env_parser(sub: Any) -> None:
@@ -27,7 +17,7 @@ def serve_env_parser(sub: Any) -> None:
     )
     p.add_argument("env", metavar="ENV", help="tool_call, a registered id, or module:Env-v0")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
-    p.add_argument("--port", type=port_number, default=8000, help="port (default: 8000)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument(
         "--api-key",
         help="requests must send 'Authorization: Bearer <key>'; needed off loopback",
@@ -54,6 +44,8 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     require("openenv", "agentgym serve-env")
     from agentgym.serve.openenv_server import run_serve_env
 
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port {args.port}: give a port from 1 to 65535")
     config = load(None, [*args.overrides, f"run.env={args.env}"])
     run_serve_env(
         config.run.env,

@@ -226,6 +226,12 @@ def test_serve_env_refuses_a_host_off_loopback_without_a_key(capsys):
     assert "--host 0.0.0.0 is not loopback: give --api-key" in capsys.readouterr().err
 
 
+def test_serve_env_refuses_a_bad_port_and_an_unknown_env(capsys):
+    assert main(["serve-env", "tool_call", "--port", "70000"]) == 2
+    assert main(["serve-env", "no_such_env"]) == 2
+    assert "unknown environment 'no_such_env'" in capsys.readouterr().err
+
+
 def test_a_keyed_server_refuses_a_client_without_the_key():
     app = create_env_app("tool_call", {}, max_sessions=4, api_key="k3y")
     with Server(app, "127.0.0.1", 0) as server:
