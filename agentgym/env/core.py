@@ -271,9 +271,38 @@ def resolve_env_id(name: str) -> str:
     )
 
 
+PREFIXES = {
+    "verifiers": ("agentgym/Verifiers-v0", "module"),
+    "harbor": ("agentgym/Harbor-v0", "folder"),
+}
+"""Names that carry their argument: `verifiers:<module>` and `harbor:<folder>` make the env
+on the left with the part after the colon as the keyword argument on the right."""
+
+
+def split_env_name(name: str) -> tuple[str, dict[str, str]]:
+    """A Gymnasium id and the keyword arguments the name carries (`harbor:tasks/` ->
+    `agentgym/Harbor-v0`, `{"folder": "tasks/"}`); other names resolve as `resolve_env_id`."""
+    prefix, colon, rest = name.partition(":")
+    if colon and prefix in PREFIXES:
+        env_id, field = PREFIXES[prefix]
+        if not rest:
+            raise UnknownEnvError(
+                f"environment {name!r} names no {field}: write '{prefix}:<{field}>'"
+            )
+        return env_id, {field: rest}
+    return resolve_env_id(name), {}
+
+
 def make_env(name: str, **kwargs: Any) -> gym.Env:
     """`gymnasium.make` on a resolved name; the env must speak chat messages and text."""
-    env_id = resolve_env_id(name)
+    env_id, carried = split_env_name(name)
+    for key, value in carried.items():
+        if kwargs.get(key, value) != value:
+            raise UnknownEnvError(
+                f"environment {name!r} names {key}={value!r} and run.env_kwargs.{key} is "
+                f"{kwargs[key]!r}: give it once"
+            )
+    kwargs = {**kwargs, **carried}
     try:
         env = gym.make(env_id, **kwargs)
     except gym.error.Error as err:
