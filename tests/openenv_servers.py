@@ -1,59 +1,28 @@
 """An OpenEnv server written with openenv-core, for `agentgym/OpenEnv-v0` to play.
 
-`EchoDigit`: the reset's seed names a digit; the agent is asked to say it. A reply holding
-the digit ends the episode with reward 1; any other gets 0 and one more try (two at most).
-`serve(...)` runs it in this process on a free loopback port.
+`EchoDigit` (in the folder `openenv_envs/echo_digit`, which OpenEnv-v0 also starts itself):
+the reset's seed names a digit; the agent is asked to say it. A reply holding the digit ends
+the episode with reward 1; any other gets 0 and one more try (two at most). `serve(...)`
+runs it in this process on a free loopback port.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from typing import Any
+import sys
+from pathlib import Path
 
 from openenv.core.env_server.http_server import create_fastapi_app
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, Observation, State
 
 from agentgym.serve.app import Server
 
+FOLDER = Path(__file__).resolve().parent / "openenv_envs" / "echo_digit"
+"""EchoDigit's folder, laid out as `openenv init` lays one out (`OpenEnv-v0`'s `folder`)."""
 
-class SayAction(Action):
-    message: str
+sys.path.insert(0, str(FOLDER))
+from models import PromptObservation, SayAction  # noqa: E402
+from server.echo_digit_environment import EchoDigit  # noqa: E402
 
-
-class PromptObservation(Observation):
-    prompt: str = ""
-
-
-class EchoDigit(Environment[SayAction, PromptObservation, State]):
-    """Say the digit the seed names; two tries."""
-
-    SUPPORTS_CONCURRENT_SESSIONS = True
-    hold = threading.Event()  # while set, every step waits (a server that stops answering)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._state = State(episode_id=None, step_count=0)
-        self.digit = "0"
-
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **_: Any):
-        self.digit = str((seed or 0) % 10)
-        self._state = State(episode_id=episode_id, step_count=0)
-        return PromptObservation(prompt=f"Say the digit {self.digit}.", reward=0.0)
-
-    def step(self, action: SayAction, timeout_s: float | None = None, **_: Any):
-        while EchoDigit.hold.is_set():
-            time.sleep(0.05)
-        self._state.step_count += 1
-        said = self.digit in action.message
-        done = said or self._state.step_count >= 2
-        prompt = "Right." if said else f"No: say {self.digit}."
-        return PromptObservation(prompt=prompt, reward=1.0 if said else 0.0, done=done)
-
-    @property
-    def state(self) -> State:
-        return self._state
+__all__ = ["FOLDER", "EchoDigit", "PromptObservation", "SayAction", "serve"]
 
 
 def serve(max_sessions: int = 64) -> Server:

@@ -6,6 +6,7 @@ mocks; the model is tiny-random, built in code."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ pytest.importorskip(
     "openenv", reason="openenv-core is not installed (pip install 'agentgym[openenv]')"
 )
 from openenv.core.generic_client import GenericEnvClient  # noqa: E402
-from openenv_servers import EchoDigit, serve  # noqa: E402
+from openenv_servers import FOLDER, EchoDigit, serve  # noqa: E402
 
 import agentgym  # noqa: F401, E402  (registers agentgym/OpenEnv-v0)
 from agentgym.cli import main  # noqa: E402
@@ -35,6 +36,7 @@ from agentgym.envs.openenv.frames import (  # noqa: E402
     read_frame,
     render_observation,
 )
+from agentgym.envs.openenv.launch import LAUNCHER, Source  # noqa: E402
 from agentgym.serve.app import Server  # noqa: E402
 from agentgym.serve.openenv_server import create_env_app  # noqa: E402
 
@@ -160,6 +162,24 @@ def test_train_two_steps_and_evaluate_on_an_openenv_server(echo, tmp_path):
     assert [t["task_id"] for t in tasks] == ["test/0", "test/1"]
 
 
+def test_train_two_steps_and_evaluate_on_a_server_started_from_its_folder(tmp_path):
+    folder = f"run.env_kwargs.folder={FOLDER}"
+    shared = "run.env_kwargs.sessions_per_server=64"
+    run = tmp_path / "run"
+    argv = ["train", "--env", "openenv", "--model", "tiny-random", "--steps", "2"]
+    sets = [f"--set={s}" for s in (*SMALL, folder, shared)]
+    assert main([*argv, "--output", str(run), *sets]) == 0
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["failures/fraction"] == 0 for r in rows)
+    report = tmp_path / "report"
+    evaluate = ["eval", "--env", "openenv", "--model", str(run / "checkpoint-000002")]
+    assert main([*evaluate, "--tasks", "2", "--output", str(report), f"--set={folder}"]) == 0
+    tasks = json.loads((report / "report.json").read_text())["tasks"]["model"]
+    assert [t["task_id"] for t in tasks] == ["test/0", "test/1"]
+    assert LAUNCHER.running(Source(FOLDER)) == 0  # every env closed: its servers stopped
+
+
 def test_a_server_that_stops_answering_stops_the_run_by_the_failure_policy(echo, tmp_path, capsys):
     argv = ["train", "--env", "openenv", "--model", "tiny-random", "--steps", "2"]
     sets = [*SMALL, f"run.env_kwargs.url={echo}", "run.env_kwargs.timeout_s=0.5"]
@@ -172,6 +192,61 @@ def test_a_server_that_stops_answering_stops_the_run_by_the_failure_policy(echo,
     assert code == 1
     err = capsys.readouterr().err
     assert "OpenEnvError" in err and f"{echo} did not answer a step in 0.5 s" in err
+
+
+# --- OpenEnv-v0 starts the server itself, from a folder or a local image ------------------
+
+
+def test_env_copies_share_a_folders_server_up_to_its_sessions_then_start_another():
+    shared = [make(None, folder=str(FOLDER), sessions_per_server=2) for _ in range(3)]
+    source = Source(FOLDER)
+    try:
+        for i, env in enumerate(shared):
+            obs, _ = env.reset(options={"task_id": f"train/{i + 3}"})
+            assert obs[-1]["content"] == f"Say the digit {i + 3}."
+            _, reward, terminated, _, _ = env.step(str(i + 3))
+            assert reward == 1.0 and terminated
+        urls = [env.unwrapped.url for env in shared]
+        assert urls[0] == urls[1] != urls[2] and LAUNCHER.running(source) == 2
+    finally:
+        for env in shared:
+            env.close()
+    assert LAUNCHER.running(source) == 0
+
+
+def test_a_folder_that_cannot_serve_is_named_with_what_is_wrong(tmp_path):
+    with pytest.raises(ValueError, match="is not a folder"):
+        make(None, folder=str(tmp_path / "absent"))
+    with pytest.raises(ValueError, match=r"openenv.yaml is missing"):
+        make(None, folder=str(tmp_path))
+    (tmp_path / "openenv.yaml").write_text("app: server.app\n")
+    with pytest.raises(ValueError, match=r"app is 'server.app'; valid: 'module:attribute'"):
+        make(None, folder=str(tmp_path))
+    (tmp_path / "openenv.yaml").write_text("app: no_such_module:app\n")
+    env = make(None, folder=str(tmp_path), start_timeout_s=30)
+    with pytest.raises(OpenEnvError, match=r"(?s)exited while starting.*no_such_module"):
+        env.reset(seed=0)
+    env.close()
+    assert LAUNCHER.running(Source(tmp_path.resolve(), start_timeout_s=30)) == 0
+
+
+def test_one_server_is_given_not_two():
+    with pytest.raises(
+        ValueError, match=r"give one of run.env_kwargs.url.*given: \['url', 'folder'\]"
+    ):
+        make("http://127.0.0.1:1", folder=str(FOLDER))
+
+
+def test_an_image_not_on_this_machine_is_refused_by_name_before_any_episode():
+    if (
+        shutil.which("docker") is None
+        or subprocess.run(["docker", "info"], capture_output=True).returncode
+    ):
+        pytest.skip("no Docker engine answers here (make sandbox-engines starts one)")
+    with pytest.raises(
+        OpenEnvError, match=r"image='agentgym-no-such:image' is not on this machine.*pulls nothing"
+    ):
+        make(None, image="agentgym-no-such:image")
 
 
 # --- agentgym serve-env, played by openenv-core's own client --------------------------------

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
 from agentgym.env.core import AgentEnv, Feedback, Split, Task
 from agentgym.envs.openenv.frames import OpenEnvError, Reply, read_frame, render_observation
+from agentgym.envs.openenv.launch import LAUNCHER, Source, folder_app, require_image
 from agentgym.extras import require
 from agentgym.types import Message
 
@@ -45,6 +47,12 @@ class OpenEnvEnv(AgentEnv):
 
     Args:
         url: The server, e.g. "http://127.0.0.1:8000" (ws:// and wss:// too).
+        folder: Or an OpenEnv environment's folder (its `openenv.yaml` names the app), run
+            here under uvicorn (`launch.py`).
+        image: Or a Docker image on this machine serving on `image_port` (nothing pulled).
+        sessions_per_server: How many episodes one started server holds at once (folder or
+            image); one more starts another server.
+        start_timeout_s: How long a started server may take to answer `/health`.
         action_field: The action's field that carries the agent's text.
         observation_field: The observation's field that holds the text the agent reads;
             None: `messages` where they are chat messages, else the one field, else JSON.
@@ -58,6 +66,11 @@ class OpenEnvEnv(AgentEnv):
     def __init__(
         self,
         url: str | None = None,
+        folder: str | None = None,
+        image: str | None = None,
+        image_port: int = 8000,
+        sessions_per_server: int = 1,
+        start_timeout_s: float = 60.0,
         action_field: str = "message",
         observation_field: str | None = None,
         train_tasks: int = 10_000,
@@ -69,17 +82,31 @@ class OpenEnvEnv(AgentEnv):
         render_mode: str | None = None,
     ):
         super().__init__(system_prompt, render_mode)
-        if not url:
+        given = [
+            name for name, value in [("url", url), ("folder", folder), ("image", image)] if value
+        ]
+        if len(given) != 1:
             raise ValueError(
-                "agentgym/OpenEnv-v0 needs the server's URL: run.env_kwargs.url "
-                "(--set run.env_kwargs.url=http://127.0.0.1:8000)"
+                "agentgym/OpenEnv-v0 plays one server: give one of run.env_kwargs.url (a "
+                "running server, --set run.env_kwargs.url=http://127.0.0.1:8000), .folder (an "
+                f"OpenEnv environment's folder) or .image (a local Docker image); given: {given}"
             )
+        if sessions_per_server < 1:
+            raise ValueError(f"sessions_per_server={sessions_per_server}; valid: 1 or more")
         if not 0 < train_tasks <= TEST_SEEDS_FROM or test_tasks <= 0:
             raise ValueError(
                 f"train_tasks={train_tasks}, test_tasks={test_tasks}: each must be positive, "
                 f"train_tasks at most {TEST_SEEDS_FROM}"
             )
-        self.url = url.rstrip("/")
+        self.source: Source | None = None
+        if folder:
+            folder_app(Path(folder))  # a folder that cannot serve fails here, not per episode
+            self.source = Source(Path(folder).resolve(), None, image_port, start_timeout_s)
+        elif image:
+            require_image(image)  # before any model loads, not at the first episode
+            self.source = Source(None, image, image_port, start_timeout_s)
+        self.sessions_per_server = sessions_per_server
+        self.url = (url or "").rstrip("/")
         self.action_field, self.observation_field = action_field, observation_field
         self.tasks = {"train": train_tasks, "test": test_tasks}
         self.timeout_s, self.connect_timeout_s = timeout_s, connect_timeout_s
@@ -105,7 +132,8 @@ class OpenEnvEnv(AgentEnv):
                 f"(i < {self.tasks['train']}) and 'test/<i>' (i < {self.tasks['test']})"
             )
         seed = int(index) + (TEST_SEEDS_FROM if split == "test" else 0)
-        prompt = f"{self.url} reset(seed={seed})"  # the server writes the real prompt
+        where = self.url or (self.source.name if self.source else "")
+        prompt = f"{where} reset(seed={seed})"  # the server writes the real prompt
         return Task(task_id, prompt, metadata={"split": split, "seed": seed})
 
     # -- the episode, over the socket ------------------------------------------------
@@ -146,6 +174,8 @@ class OpenEnvEnv(AgentEnv):
             raise
 
     def _connect(self) -> ClientConnection:
+        if self.source is not None and not self.url:
+            self.url = LAUNCHER.claim(self.source, self.sessions_per_server)
         if self._socket is None:
             base = self.url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
@@ -170,4 +200,7 @@ class OpenEnvEnv(AgentEnv):
             with contextlib.suppress(WebSocketException):  # already gone: nothing to end
                 self._socket.send(json.dumps({"type": "close"}))
         self._drop()
+        if self.source is not None and self.url:
+            LAUNCHER.release(self.source, self.url)
+            self.url = ""
         super().close()
