@@ -51,12 +51,12 @@ def format_output(result: Output, limit_s: float) -> str:
     head = f"exit code {result.exit_code}"
     if result.timed_out:
         head += f" (killed: past the {limit_s:g} s limit)"
+    if result.cut:  # said first: the tool's result may be cut shorter still
+        head += f" [output cut at {MAX_OUTPUT_BYTES} bytes per stream]"
     parts = [head]
     for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
         if text:
             parts.append(f"{name}:\n{text.rstrip()}")
-    if result.cut:
-        parts.append(f"[output cut at {MAX_OUTPUT_BYTES} bytes per stream]")
     return "\n".join(parts)
 
 
