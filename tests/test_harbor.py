@@ -237,7 +237,7 @@ def test_train_refuses_the_unbuildable_task_before_the_model_loads(tmp_path, cap
     assert "needs-pull" in err and "agentgym-test/not-here:1.0" in err
 
 
-# --- training and evaluation through the CLI -------------------------------------------------------
+# --- training and evaluation through the CLI ---------------------------------------------
 
 SETS = [
     f"--set={s}"

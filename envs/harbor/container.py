@@ -123,7 +123,9 @@ class Engine:
             self.client = client if client is not None else docker.from_env()
             self.client.ping()
         except Exception as exc:  # the SDK's errors, or requests' for the socket
-            raise HarborTaskError(f"Harbor tasks need a Docker engine ({exc}); {SETUP_HINT}")
+            raise HarborTaskError(
+                f"Harbor tasks need a Docker engine ({exc}); {SETUP_HINT}"
+            ) from None
         self.instance = uuid.uuid4().hex  # close() removes only this engine's containers
 
     def image(self, task: HarborTask) -> str:
@@ -180,12 +182,13 @@ class Engine:
                     f"machine and not pullable here ({err}); valid: a base image present "
                     "locally (`docker images`), e.g. agentgym-sandbox:py311"
                 ) from None
-            raise HarborTaskError(f"{where}: its image does not build: {_last_lines(err)}")
+            why = _last_lines(err)
+            raise HarborTaskError(f"{where}: its image does not build: {why}") from None
 
-    def start(
-        self, task: HarborTask, image: str, *, memory_mb: int, cpus: float
-    ) -> Container:
+    def start(self, task: HarborTask, image: str, *, memory_mb: int, cpus: float) -> Container:
         """A new container of `image` for one episode of `task`."""
+        import docker
+
         workdir = task.section("environment").get("workdir")
         container = self.client.containers.run(
             image,
@@ -204,7 +207,7 @@ class Engine:
             cap_add=list(CAP_ADD),
             security_opt=["no-new-privileges"],
             oom_score_adj=1000,
-            log_config={"type": "none", "config": {}},
+            log_config=docker.types.LogConfig(type="none"),
         )
         return Container(self.client, container)
 
@@ -301,6 +304,8 @@ class Container:
 
 def _last_lines(err: Exception, lines: int = 12) -> str:
     log = getattr(err, "build_log", None) or []
-    text = "".join(str(e.get("stream", "") or e.get("error", "")) for e in log if isinstance(e, dict))
+    text = "".join(
+        str(e.get("stream", "") or e.get("error", "")) for e in log if isinstance(e, dict)
+    )
     tail = "\n".join(text.strip().splitlines()[-lines:])
     return f"{err}" + (f"\n{tail}" if tail else "")

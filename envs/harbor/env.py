@@ -296,7 +296,10 @@ class HarborEnv(ToolEnv):
         except HarborTaskError as err:
             return Verdict(0.0, reason=str(err)), {}
         box = self.box()
-        prepare = f"mkdir -p /logs/verifier && chmod 777 /logs /logs/verifier && rm -f {REWARD_JSON} {REWARD_TXT}"
+        prepare = (
+            "mkdir -p /logs/verifier && chmod 777 /logs /logs/verifier && "
+            f"rm -f {REWARD_JSON} {REWARD_TXT}"
+        )
         box.run(["sh", "-c", prepare], timeout_s=30, max_bytes=4096, user="root")
         box.upload(task.folder / "tests", "/tests")
         user = verifier.get("user")

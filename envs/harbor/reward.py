@@ -64,7 +64,9 @@ def _from_json(text: str) -> Verdict:
     except ValueError as err:
         return Verdict(0.0, reason=f"{REWARD_JSON} is not JSON: {err}")
     if not isinstance(data, dict) or not data:
-        return Verdict(0.0, reason=f"{REWARD_JSON} holds {text[:80]!r}; valid: an object of numbers")
+        return Verdict(
+            0.0, reason=f"{REWARD_JSON} holds {text[:80]!r}; valid: an object of numbers"
+        )
     parts = {str(k): _number(v) for k, v in data.items()}
     bad = sorted(k for k, v in parts.items() if v is None)
     if bad:

@@ -16,9 +16,9 @@ The legacy spellings harbor still reads are accepted: a top-level `version` (now
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 
 class HarborTaskError(ValueError):
@@ -43,10 +43,10 @@ class ListOf:
     strings: bool = False
 
 
-Kind = Union[str, tuple[str, ...], Table, ListOf]
+Kind = str | tuple[str, ...] | Table | ListOf
 
 NETWORK_MODES = ("no-network", "public", "allowlist")
-NETWORK = {"network_mode": NETWORK_MODES, "allowed_hosts": "list[str]"}
+NETWORK: dict[str, Kind] = {"network_mode": NETWORK_MODES, "allowed_hosts": "list[str]"}
 HEALTHCHECK = Table(
     {
         "command": "str",
@@ -151,7 +151,7 @@ TASK_TOML = Table(
 )
 """The whole of `task.toml`, as harbor 0.25.0 defines it."""
 
-SCALARS = {
+SCALARS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "str": ("a string", lambda v: isinstance(v, str)),
     "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
     "number": ("a finite number", lambda v: _is_number(v)),
