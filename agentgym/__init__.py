@@ -92,6 +92,13 @@ if "agentgym/OpenEnv-v0" not in gym.registry:
         max_episode_steps=16,
     )
 
+if "agentgym/Harbor-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/Harbor-v0",
+        entry_point="agentgym.envs.harbor.env:HarborEnv",
+        max_episode_steps=16,  # HarborEnv's max_turns: its tests run at the last turn
+    )
+
 __all__ = [
     "SHORT_NAMES",
     "AgentEnv",

@@ -10,7 +10,8 @@ import agentgym  # noqa: F401  (registers the built-in environments)
 from agentgym.env.checker import AgentEnvCheckError, check_agent_env
 
 # OpenEnv-v0 plays a server given by URL: tests/test_openenv.py checks it against one.
-SERVED = {"agentgym/OpenEnv-v0"}
+# Harbor-v0 plays a task folder in Docker: tests/test_harbor.py checks it on one.
+SERVED = {"agentgym/OpenEnv-v0", "agentgym/Harbor-v0"}
 ENV_IDS = sorted(id_ for id_ in gym.registry if id_.startswith("agentgym/") and id_ not in SERVED)
 
 # AgentEnv.metadata declares no render_fps; meaningless for text, but Gymnasium warns.

@@ -1,0 +1,1 @@
+"""Harbor task folders as an agentgym environment (`agentgym/Harbor-v0`)."""
