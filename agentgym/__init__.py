@@ -92,6 +92,12 @@ if "agentgym/OpenEnv-v0" not in gym.registry:
         max_episode_steps=16,
     )
 
+if "agentgym/Verifiers-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/Verifiers-v0",
+        entry_point="agentgym.envs.verifiers_env.env:VerifiersEnv",
+    )
+
 __all__ = [
     "SHORT_NAMES",
     "AgentEnv",
