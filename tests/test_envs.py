@@ -10,7 +10,9 @@ import agentgym  # noqa: F401  (registers the built-in environments)
 from agentgym.env.checker import AgentEnvCheckError, check_agent_env
 
 # OpenEnv-v0 plays a server given by URL: tests/test_openenv.py checks it against one.
-SERVED = {"agentgym/OpenEnv-v0"}
+# Verifiers-v0 needs an environment package and is played by its harness, not step():
+# tests/test_verifiers.py checks its tasks and seeds against one.
+SERVED = {"agentgym/OpenEnv-v0", "agentgym/Verifiers-v0"}
 ENV_IDS = sorted(id_ for id_ in gym.registry if id_.startswith("agentgym/") and id_ not in SERVED)
 
 # AgentEnv.metadata declares no render_fps; meaningless for text, but Gymnasium warns.

@@ -329,7 +329,8 @@ def env_agent_program(name: str) -> str | None:
     it declares none, or where `name` does not resolve (making it then says why)."""
     try:
         env_id, _ = split_env_name(name)
-        creator = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
+        entry = gym.spec(env_id).entry_point
+        creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
     except Exception:  # an unknown name fails where the env is made, with its own error
         return None
     program = getattr(creator, "agent_program", None)

@@ -98,7 +98,6 @@ class AgentTask:
             result["tool_call_id"] = ids[i] if i < len(ids) else f"call_unread_{i}"
         return list(replies), bool(terminated or truncated)
 
-
     @property
     def env(self) -> AgentEnv:
         """The episode's environment (unwrapped): an agent program an env declares
@@ -330,9 +329,13 @@ def _reward(
         return float(result.reward), {k: float(v) for k, v in result.parts.items()}, None
     if isinstance(result, bool) or not isinstance(result, int | float | list | None):
         kind = type(result).__name__
-        return 0.0, {}, (
-            f"the agent returned a {kind}; return a number, an AgentReward, the messages, "
-            "or None"
+        return (
+            0.0,
+            {},
+            (
+                f"the agent returned a {kind}; return a number, an AgentReward, the messages, "
+                "or None"
+            ),
         )
     if isinstance(result, int | float):
         if not math.isfinite(result):

@@ -115,7 +115,9 @@ class VerifiersEnv(AgentEnv):
         row = self.rows.get(task_id)
         if row is None:
             some = ", ".join(list(self.rows)[:5])
-            raise KeyError(f"no task {task_id!r} in verifiers environment {self.module!r}: {some}, ...")
+            raise KeyError(
+                f"no task {task_id!r} in verifiers environment {self.module!r}: {some}, ..."
+            )
         data = row.data
         split = "train" if task_id in set(self.splits["train"]) else "test"
         answer = getattr(data, "answer", None)
