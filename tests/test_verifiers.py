@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -197,4 +196,6 @@ def test_train_two_steps_and_evaluate_on_a_verifiers_environment(tmp_path):
     tasks = json.loads((report / "report.json").read_text())["tasks"]["model"]
     assert [t["task_id"] for t in tasks] == ["sum-4", "sum-9"]
     assert all("correct" in t["greedy"]["parts"] for t in tasks)
-    assert sys.modules.get("vf_sums") is not None  # the package was loaded, as verifiers does
+    page = tmp_path / "view.html"
+    assert main(["view", str(run), "--output", str(page)]) == 0
+    assert "metric/reply_chars" in page.read_text()
