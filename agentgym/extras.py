@@ -27,6 +27,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pandas": ("trackio", "pandas"),
     "websockets": ("openenv", "websockets"),
     "openenv": ("openenv", "openenv-core"),
+    "verifiers": ("verifiers", "verifiers"),
 }
 
 

@@ -223,7 +223,7 @@ def test_split_samples_train_with_the_episodes_advantage_weighted():
         ("agents:hangs", "the agent ran past run.agent_timeout_s (2 s)"),
         (
             "agents:sends_garbage",
-            "the agent returned a str; return a number, the messages, or None",
+            "the agent returned a str; return a number, an AgentReward, the messages, or None",
         ),
         ("agents:silent", "the agent sent no request"),
     ],

@@ -11,7 +11,9 @@ from agentgym.env.checker import AgentEnvCheckError, check_agent_env
 
 # OpenEnv-v0 plays a server given by URL: tests/test_openenv.py checks it against one.
 # Harbor-v0 plays a task folder in Docker: tests/test_harbor.py checks it on one.
-SERVED = {"agentgym/OpenEnv-v0", "agentgym/Harbor-v0"}
+# Verifiers-v0 needs an environment package and is played by its harness, not step():
+# tests/test_verifiers.py checks its tasks and seeds against one.
+SERVED = {"agentgym/OpenEnv-v0", "agentgym/Harbor-v0", "agentgym/Verifiers-v0"}
 ENV_IDS = sorted(id_ for id_ in gym.registry if id_.startswith("agentgym/") and id_ not in SERVED)
 
 # AgentEnv.metadata declares no render_fps; meaningless for text, but Gymnasium warns.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import gymnasium as gym
 
@@ -60,6 +60,10 @@ class AgentEnv(gym.Env[list[dict[str, str]], str]):
     default_system_prompt: str | None = None
     difficulty_levels: int = 1
     """Levels of the reset option `difficulty` (1 to this); 1: the env has none to choose."""
+    agent_program: ClassVar[str | None] = None
+    """The agent program (`module:function`, `run.agent`'s form) that must play this env's
+    episodes, where they are played by something other than `step()` (a harness of its
+    own); None: any player. `make_player` chooses it (`env_agent_program`)."""
 
     def __init__(self, system_prompt: str | None = None, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -317,3 +321,17 @@ def make_env(name: str, **kwargs: Any) -> gym.Env:
             "envs with ChatMessages observations and Utterance actions (subclass AgentEnv)"
         )
     return env
+
+
+def env_agent_program(name: str) -> str | None:
+    """The agent program the environment `name` declares it must be played by
+    (`AgentEnv.agent_program`), read from its registration without making it; None where
+    it declares none, or where `name` does not resolve (making it then says why)."""
+    try:
+        env_id, _ = split_env_name(name)
+        entry = gym.spec(env_id).entry_point
+        creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    except Exception:  # an unknown name fails where the env is made, with its own error
+        return None
+    program = getattr(creator, "agent_program", None)
+    return program if isinstance(program, str) else None

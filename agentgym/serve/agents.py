@@ -98,6 +98,22 @@ class AgentTask:
             result["tool_call_id"] = ids[i] if i < len(ids) else f"call_unread_{i}"
         return list(replies), bool(terminated or truncated)
 
+    @property
+    def env(self) -> AgentEnv:
+        """The episode's environment (unwrapped): an agent program an env declares
+        (`AgentEnv.agent_program`) plays the episode with it."""
+        assert self._env is not None  # the player gives every task its env
+        return cast(AgentEnv, self._env.unwrapped)
+
+
+@dataclass(frozen=True)
+class AgentReward:
+    """What an agent may return when it scores its episode itself: the reward and its
+    parts (recorded as the episode's `reward_parts`)."""
+
+    reward: float
+    parts: Mapping[str, float] = field(default_factory=dict)
+
 
 def load_agent(path: str) -> AgentFn:
     """The agent `module:function` or `path/to/file.py:function` names; ValueError naming
@@ -134,14 +150,16 @@ class AgentOptions:
         )
 
 
-def agent_options(config: Config) -> AgentOptions | None:
-    """The config's agent program and its settings; None without `run.agent`."""
+def agent_options(config: Config, agent: str | None = None) -> AgentOptions | None:
+    """The config's agent program (`agent` where given, else `run.agent`) and its
+    settings; None without one."""
     run = config.run
-    if run.agent is None:
+    agent = agent or run.agent
+    if agent is None:
         return None
     kwargs = run.env_kwargs
     return AgentOptions(
-        run.agent,
+        agent,
         run.agent_concurrency,
         run.agent_timeout_s,
         kwargs.get("tool_format", "auto"),
@@ -304,9 +322,21 @@ def _reward(
     """The agent's number, or the env's judge of its conversation (no further than the
     registered `max_episode_steps`, where the rollout's TimeLimit ends it); or why there
     is none."""
+    if isinstance(result, AgentReward):
+        values = [result.reward, *result.parts.values()]
+        if not all(math.isfinite(v) for v in values):
+            return 0.0, {}, f"the agent returned the reward {result.reward} ({result.parts})"
+        return float(result.reward), {k: float(v) for k, v in result.parts.items()}, None
     if isinstance(result, bool) or not isinstance(result, int | float | list | None):
         kind = type(result).__name__
-        return 0.0, {}, f"the agent returned a {kind}; return a number, the messages, or None"
+        return (
+            0.0,
+            {},
+            (
+                f"the agent returned a {kind}; return a number, an AgentReward, the messages, "
+                "or None"
+            ),
+        )
     if isinstance(result, int | float):
         if not math.isfinite(result):
             return 0.0, {}, f"the agent returned the reward {result}"
