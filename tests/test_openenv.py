@@ -70,6 +70,20 @@ def test_an_episode_is_played_over_the_socket_with_the_servers_rewards(echo):
     env.close()
 
 
+def test_solved_at_makes_an_episode_that_earns_it_correct(echo):
+    env = make(echo, solved_at=1.0)
+    env.reset(options={"task_id": "train/4"})
+    _, _, terminated, _, info = env.step("five")
+    assert not terminated and info["reward_parts"]["correctness"] == 0.0
+    _, _, terminated, _, info = env.step("4")
+    assert terminated and info["reward_parts"] == {"openenv": 1.0, "correctness": 1.0}
+    env.reset(options={"task_id": "train/4"})
+    env.step("no")
+    _, _, terminated, _, info = env.step("no")
+    assert terminated and info["reward_parts"]["correctness"] == 0.0
+    env.close()
+
+
 def test_a_test_task_resets_the_server_with_a_seed_no_train_task_uses(echo):
     env = make(echo)
     obs, info = env.reset(options={"task_id": "test/4"})

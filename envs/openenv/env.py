@@ -57,6 +57,9 @@ class OpenEnvEnv(AgentEnv):
         observation_field: The observation's field that holds the text the agent reads;
             None: `messages` where they are chat messages, else the one field, else JSON.
         train_tasks, test_tasks: How many seeds each split holds.
+        solved_at: Where given, an episode whose summed reward reaches it when the server
+            ends it is solved: the reward part `correctness` is 1 at that step (else 0),
+            which held-out evaluation's correctness and pass@k read. None: no such part.
         timeout_s: How long a reply may take before the episode fails.
         connect_timeout_s: How long opening the socket may take.
         api_key: Sent as `Authorization: Bearer <key>` (`agentgym serve-env --api-key`).
@@ -75,6 +78,7 @@ class OpenEnvEnv(AgentEnv):
         observation_field: str | None = None,
         train_tasks: int = 10_000,
         test_tasks: int = 1_000,
+        solved_at: float | None = None,
         timeout_s: float = 60.0,
         connect_timeout_s: float = 10.0,
         api_key: str | None = None,
@@ -109,6 +113,7 @@ class OpenEnvEnv(AgentEnv):
         self.url = (url or "").rstrip("/")
         self.action_field, self.observation_field = action_field, observation_field
         self.tasks = {"train": train_tasks, "test": test_tasks}
+        self.solved_at, self._earned = solved_at, 0.0
         self.timeout_s, self.connect_timeout_s = timeout_s, connect_timeout_s
         self.api_key = api_key
         self._socket: ClientConnection | None = None
@@ -142,12 +147,17 @@ class OpenEnvEnv(AgentEnv):
         """Resets the server's environment with the task's seed; its observation opens."""
         reply = self._exchange({"type": "reset", "data": {"seed": task.metadata["seed"]}})
         opening = [Message("system", self.system_prompt)] if self.system_prompt else []
+        self._earned = 0.0
         return [*opening, *render_observation(reply.observation, self.observation_field)]
 
     def respond(self, action: str) -> Feedback:
         reply = self._exchange({"type": "step", "data": {self.action_field: str(action)}})
         messages = render_observation(reply.observation, self.observation_field)
-        return Feedback(tuple(messages), reply.reward, {"openenv": reply.reward}, reply.done)
+        parts = {"openenv": reply.reward}
+        if self.solved_at is not None:
+            self._earned += reply.reward
+            parts["correctness"] = float(reply.done and self._earned >= self.solved_at)
+        return Feedback(tuple(messages), reply.reward, parts, reply.done)
 
     def _exchange(self, message: dict[str, Any]) -> Reply:
         """Sends one frame and reads the server's answer; any failure closes the socket (the
