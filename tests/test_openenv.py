@@ -160,37 +160,30 @@ SMALL = [
 ]  # fmt: skip
 
 
-def test_train_two_steps_and_evaluate_on_an_openenv_server(echo, tmp_path):
-    url = f"run.env_kwargs.url={echo}"
+def train_two_steps_and_evaluate(tmp_path: Path, server: list[str]) -> None:
+    """`agentgym train` 2 steps then `agentgym eval` of its checkpoint on 2 test tasks, on
+    the server the `run.env_kwargs` settings in `server` give."""
     run = tmp_path / "run"
     argv = ["train", "--env", "openenv", "--model", "tiny-random", "--steps", "2"]
-    sets = [f"--set={s}" for s in (*SMALL, url)]
-    assert main([*argv, "--output", str(run), *sets]) == 0
+    assert main([*argv, "--output", str(run), *(f"--set={s}" for s in (*SMALL, *server))]) == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["failures/fraction"] == 0 for r in rows)
     report = tmp_path / "report"
     evaluate = ["eval", "--env", "openenv", "--model", str(run / "checkpoint-000002")]
-    assert main([*evaluate, "--tasks", "2", "--output", str(report), f"--set={url}"]) == 0
+    sets = [f"--set={s}" for s in server]
+    assert main([*evaluate, "--tasks", "2", "--output", str(report), *sets]) == 0
     tasks = json.loads((report / "report.json").read_text())["tasks"]["model"]
     assert [t["task_id"] for t in tasks] == ["test/0", "test/1"]
+
+
+def test_train_two_steps_and_evaluate_on_an_openenv_server(echo, tmp_path):
+    train_two_steps_and_evaluate(tmp_path, [f"run.env_kwargs.url={echo}"])
 
 
 def test_train_two_steps_and_evaluate_on_a_server_started_from_its_folder(tmp_path):
-    folder = f"run.env_kwargs.folder={FOLDER}"
-    shared = "run.env_kwargs.sessions_per_server=64"
-    run = tmp_path / "run"
-    argv = ["train", "--env", "openenv", "--model", "tiny-random", "--steps", "2"]
-    sets = [f"--set={s}" for s in (*SMALL, folder, shared)]
-    assert main([*argv, "--output", str(run), *sets]) == 0
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2]
-    assert all(r["failures/fraction"] == 0 for r in rows)
-    report = tmp_path / "report"
-    evaluate = ["eval", "--env", "openenv", "--model", str(run / "checkpoint-000002")]
-    assert main([*evaluate, "--tasks", "2", "--output", str(report), f"--set={folder}"]) == 0
-    tasks = json.loads((report / "report.json").read_text())["tasks"]["model"]
-    assert [t["task_id"] for t in tasks] == ["test/0", "test/1"]
+    folder = [f"run.env_kwargs.folder={FOLDER}", "run.env_kwargs.sessions_per_server=64"]
+    train_two_steps_and_evaluate(tmp_path, folder)
     assert LAUNCHER.running(Source(FOLDER)) == 0  # every env closed: its servers stopped
 
 
