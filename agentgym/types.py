@@ -399,3 +399,12 @@ class StepRecord:
 class TrainingError(RuntimeError):
     """A run that cannot go on (e.g. too many non-finite steps, a rollout worker Ray gave
     up on); the message says why."""
+
+
+@dataclass(frozen=True)
+class AgentReward:
+    """What an agent program (`run.agent`) may return when it scores its episode itself:
+    the reward and its parts (recorded as the episode's `reward_parts`)."""
+
+    reward: float
+    parts: Mapping[str, float] = field(default_factory=dict)

@@ -37,7 +37,7 @@ from agentgym.serve.engine import Engine
 from agentgym.serve.recorder import Sample
 from agentgym.serve.service import ChatService, Episode
 from agentgym.tools import CallAttempt
-from agentgym.types import Completion, Message, ToolCall, Trajectory, Turn
+from agentgym.types import AgentReward, Completion, Message, ToolCall, Trajectory, Turn
 
 AgentFn = Callable[[Any, "AgentTask"], Awaitable[Any]]
 
@@ -104,15 +104,6 @@ class AgentTask:
         (`AgentEnv.agent_program`) plays the episode with it."""
         assert self._env is not None  # the player gives every task its env
         return cast(AgentEnv, self._env.unwrapped)
-
-
-@dataclass(frozen=True)
-class AgentReward:
-    """What an agent may return when it scores its episode itself: the reward and its
-    parts (recorded as the episode's `reward_parts`)."""
-
-    reward: float
-    parts: Mapping[str, float] = field(default_factory=dict)
 
 
 def load_agent(path: str) -> AgentFn:

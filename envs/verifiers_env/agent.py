@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any, cast
 
 from agentgym.envs.verifiers_env.env import VerifiersEnv
-from agentgym.serve.agents import AgentReward, AgentTask
+from agentgym.types import AgentReward
 
 
-async def play(client: Any, task: AgentTask) -> AgentReward:
+async def play(client: Any, task: Any) -> AgentReward:
     """Runs the verifiers episode of `task` with its model calls sent to `client`'s base
-    URL; its reward and reward parts (rewards, and metrics as `metric/<name>`)."""
+    URL; its reward and reward parts (rewards, and metrics as `metric/<name>`). `task` is
+    the `agentgym.serve.agents.AgentTask` (not imported: `envs` stands below `serve`)."""
     env = cast(VerifiersEnv, task.env)
     reward, parts = await env.play(str(client.base_url), task.id)
     return AgentReward(reward, parts)
