@@ -18,6 +18,7 @@ COMMAND_MODULES = {  # what these print is the command's own output
     "agentgym/cli.py",
     "agentgym/records.py",  # python -m agentgym.records: the metrics table for the docs
     "agentgym/serve/endpoint.py",
+    "agentgym/serve/openenv_server.py",  # `agentgym serve-env`: where it serves, and when it stops
     "agentgym/view/view_command.py",
 }
 
