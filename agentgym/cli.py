@@ -322,7 +322,10 @@ def cmd_envs(args: argparse.Namespace) -> int:
             continue
         entry = spec.entry_point if isinstance(spec.entry_point, str) else repr(spec.entry_point)
         module, _, cls_name = entry.partition(":")
-        doc = _first_doc_line(module, cls_name)
+        try:
+            doc = _first_doc_line(module, cls_name)
+        except MissingExtraError as err:  # listed all the same, with what it needs
+            doc = f"(not installed here: {err})"
         alias = f" ({short[env_id]})" if env_id in short else ""
         print(f"{env_id}{alias}  max_turns={spec.max_episode_steps}  {doc}")
     return 0
