@@ -315,17 +315,13 @@ def cmd_envs(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import agentgym
+    from agentgym.env.core import env_doc_line
 
     short = {v: k for k, v in agentgym.SHORT_NAMES.items()}
     for env_id, spec in sorted(gym.registry.items()):
         if not env_id.startswith("agentgym/"):
             continue
-        entry = spec.entry_point if isinstance(spec.entry_point, str) else repr(spec.entry_point)
-        module, _, cls_name = entry.partition(":")
-        try:
-            doc = _first_doc_line(module, cls_name)
-        except MissingExtraError as err:  # listed all the same, with what it needs
-            doc = f"(not installed here: {err})"
+        doc = env_doc_line(spec.entry_point)
         alias = f" ({short[env_id]})" if env_id in short else ""
         print(f"{env_id}{alias}  max_turns={spec.max_episode_steps}  {doc}")
     return 0
@@ -385,14 +381,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ConfigError(str(err)) from None
     print(f"exported to {out}")
     return 0
-
-
-def _first_doc_line(module: str, cls_name: str) -> str:
-    import importlib
-
-    cls = getattr(importlib.import_module(module), cls_name, None)
-    doc = (cls.__doc__ or "").strip().splitlines() if cls is not None else []
-    return doc[0] if doc else ""
 
 
 def run() -> NoReturn:

@@ -335,3 +335,19 @@ def env_agent_program(name: str) -> str | None:
         return None
     program = getattr(creator, "agent_program", None)
     return program if isinstance(program, str) else None
+
+
+def env_doc_line(entry_point: Any) -> str:
+    """The first line of a registered env class's docstring (`agentgym envs`); where its
+    module needs an extra that is missing, that, so the env is listed all the same."""
+    import importlib
+
+    from agentgym.extras import MissingExtraError
+
+    module, _, cls_name = str(entry_point).partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), cls_name, None)
+    except MissingExtraError as err:
+        return f"(not installed here: {err})"
+    doc = (cls.__doc__ or "").strip().splitlines() if cls is not None else []
+    return doc[0] if doc else ""
