@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import os
 import sys
 import time
@@ -17,6 +18,7 @@ from agentgym.extras import MissingExtraError, require_serve
 from agentgym.serve_env_cli import cmd_serve_env, serve_env_parser
 from agentgym.view.view_command import cmd_view, view_parser
 
+BENCH_HELP = "a public benchmark instead of --env: bfcl, tooltalk, tau2 (eval.benchmarks)"
 AGENT_FLAG_HELP = (
     "an agent program that plays the episodes through the OpenAI-compatible endpoint: "
     "module:function or file.py:function (run.agent; docs/agents.md)"
@@ -132,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     keep = "which played episodes to write beside the report (eval.save_episodes; default all)"
     ev.add_argument("--save-episodes", choices=["none", "failures", "all"], help=keep)
     ev.add_argument("--agent", metavar="MODULE:FUNCTION", help=AGENT_FLAG_HELP)
+    ev.add_argument("--benchmark", action="append", metavar="NAME[:CATS][@N]", help=BENCH_HELP)
     ev.add_argument("--output", type=Path, help="report folder (default runs/eval-<env>-<time>)")
     ev.add_argument(
         "--set",
@@ -282,7 +285,7 @@ def cmd_rft(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentgym.eval.command import run_eval
+    from agentgym.eval.command import run_benchmarks, run_eval
     from agentgym.run.preflight import check
     from agentgym.scale.players import make_player
 
@@ -294,6 +297,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "eval.n": args.n,
         "run.agent": args.agent,
         "eval.save_episodes": args.save_episodes,
+        "eval.benchmarks": json.dumps(args.benchmark) if args.benchmark else None,
     }
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
     config = load(args.config, [*args.overrides, *named])
@@ -301,12 +305,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     k = args.k if args.k is not None else max(n, 1)
     if (n and not 1 <= k <= n) or (not n and args.k):
         raise ConfigError(f"eval.n {n} --k {args.k}: need 1 <= k <= n (k needs n > 0)")
-    name = config.run.env.replace("/", "_").replace(":", "_")
+    benchmarks = config.eval.benchmarks
+    name = "benchmarks" if benchmarks else config.run.env.replace("/", "_").replace(":", "_")
     output = args.output or Path("runs") / f"eval-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (output / "report.json").exists():
         raise ConfigError(f"--output {str(output)!r} already holds a report; choose a new one")
     check(config, "eval", output=output, baseline=args.baseline)  # before a model loads
-    run_eval(config, k=k, baseline=args.baseline, output=output, players=make_player)
+    if benchmarks:
+        run_benchmarks(config, baseline=args.baseline, output=output)
+    else:
+        run_eval(config, k=k, baseline=args.baseline, output=output, players=make_player)
     print(f"report written to {output}")
     return 0
 

@@ -104,6 +104,18 @@ def category_metric(label: str, metric: str) -> str:
     return f"{CATEGORY_PREFIX}{label}/{metric}"
 
 
+BENCH_PREFIX = "bench/"
+"""Held-out figures of the public benchmarks a run plays (`eval.benchmarks`):
+bench/<benchmark>/correctness (the mean of its categories) and
+bench/<benchmark>/<category>/correctness, each the greedy share the benchmark's checker
+passed."""
+
+
+def bench_metric(path: str) -> str:
+    """The key of a benchmark figure: `path` is <benchmark>[/<category>]."""
+    return f"{BENCH_PREFIX}{path}/correctness"
+
+
 TOOL_ERRORS_PREFIX = "tools/error_rate/"
 """Failed calls per call of one kind: tools/error_rate/<kind> (unknown_tool, ...)."""
 REWARD_PENALISED = declare("reward/penalised_mean", "Mean reward after grpo.length_penalty.")
@@ -390,6 +402,10 @@ def metrics_markdown() -> str:
             lines.append(
                 f"| `{prefix}<name>/{metric}` | `{metric}` over one {what}'s episodes. | | |"
             )
+    for path, what in (("<benchmark>", "mean of its categories"), ("<benchmark>/<category>", "")):
+        meaning = "Held-out greedy share a public benchmark's own checker passed"
+        meaning += f" ({what})." if what else " (`eval.benchmarks`)."
+        lines.append(f"| `{bench_metric(path)}` | {meaning} | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -131,3 +131,34 @@ class LookupEnv(ToolEnv):
 
 if "cli_envs/Lookup-v0" not in gym.registry:
     gym.register(id="cli_envs/Lookup-v0", entry_point=LookupEnv, max_episode_steps=3)
+
+
+class BenchDigitsEnv(TaughtDigitsEnv):
+    """A benchmark's environment as `agentgym.eval.benchmarks` plays one (the harness's
+    tests; the real ones are BFCL's, ToolTalk's and τ²'s): categories by name, and with
+    `benchmark=True` a `test` split of every task of those categories in their order."""
+
+    SIZES = {"short": 5, "long": 12}
+
+    def __init__(self, categories=None, benchmark=False, **kwargs):
+        super().__init__(**kwargs)
+        self.categories = list(categories or self.SIZES)
+        unknown = [c for c in self.categories if c not in self.SIZES]
+        if unknown:
+            raise ValueError(f"categories {unknown}; valid: {', '.join(self.SIZES)}")
+        self.ids = [f"{c}_{i}" for c in self.categories for i in range(self.SIZES[c])]
+        self.scoring = {"checker": "digits only", "benchmark": benchmark}
+
+    def num_tasks(self, split):
+        return len(self.ids)
+
+    def task_id(self, split, index):
+        return self.ids[index]
+
+    def load_task(self, task_id):
+        task = super().load_task(task_id)
+        return Task(task_id, task.prompt, task.answer, {"category": task_id.rpartition("_")[0]})
+
+
+if "cli_envs/BenchDigits-v0" not in gym.registry:
+    gym.register(id="cli_envs/BenchDigits-v0", entry_point=BenchDigitsEnv, max_episode_steps=1)

@@ -155,6 +155,18 @@ class EvalConfig(Section):
     max_new_tokens: int | None = Field(
         None, gt=0, description="Tokens per turn when evaluating; None: sampling.max_new_tokens."
     )
+    benchmarks: list[str] = Field(
+        default_factory=list,
+        description="Public benchmarks played greedily at each held-out evaluation (and by "
+        "`agentgym eval --benchmark`): NAME[:CATEGORY,...][@N], NAME one of bfcl, tooltalk, "
+        "tau2; @N: N seeded tasks of each category. Logged as bench/<name>[/<category>]/"
+        "correctness; scored by each benchmark's own checker, never by the run's rewards.",
+    )
+    select_by: str | None = Field(
+        None,
+        description="The held-out metric checkpoint-best follows, e.g. bench/bfcl/correctness; "
+        "None: eval/pass@1 with n > 0, else eval/correctness.",
+    )
     save_episodes: Literal["none", "failures", "all"] = Field(
         "all",
         description="`agentgym eval` writes the episodes it played (messages, reward parts, "

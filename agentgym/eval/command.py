@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from agentgym.eval.benchmarks import describe, labelled, parse_benchmark, plan
+from agentgym.eval.benchmarks import held_out as benchmark_held_out
 from agentgym.eval.episode_files import write_episodes
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids
 from agentgym.eval.report import build_report, summarize, write_report
@@ -23,52 +27,108 @@ def run_eval(
     Each task is played once greedily and `config.eval.n` more times sampled (`--n`);
     `k` is pass@k's and maj@k's.
     """
-    from agentgym.eval.console import Stages, print_report
-    from agentgym.policy.hf import HFPolicy
-    from agentgym.policy.models import load_configured, place, resolve_model_name
+    from agentgym.policy.models import resolve_model_name
 
     ev, run = config.eval, config.run
     n = ev.n
     ids = held_out_ids(run.env, run.env_kwargs, ev.tasks, split=ev.split)
     names = {"model": config.model.name, **({"baseline": baseline} if baseline else {})}
+
+    def held_out(tokenizer) -> list[tuple[HeldOut, Callable]]:
+        held = HeldOut.from_config(config, ids, tokenizer, n=n, player=players(config, tokenizer))
+        return [(held, lambda results: results)]
+
+    meta = {
+        "env": run.env,
+        "env_kwargs": run.env_kwargs,
+        "split": ev.split,
+        **{role: resolve_model_name(name) for role, name in names.items()},
+        "n": n,
+        "k": k,
+        "temperature": config.sampling.temperature,
+        "top_p": config.sampling.top_p,
+        "max_new_tokens": ev.max_new_tokens or config.sampling.max_new_tokens,
+        **({"agent": run.agent} if run.agent else {}),
+    }
+    return _evaluate(config, names, held_out, meta, k=k if n else 1, output=output)
+
+
+def run_benchmarks(config, *, baseline: str | None, output: Path) -> Report:
+    """`agentgym eval --benchmark`: plays `eval.benchmarks` greedily with the model (and the
+    baseline) by the turn loop, on the benchmarks' own environments and scoring (nothing
+    of `run.env_kwargs` or the rewards); writes and prints the report, one row per
+    benchmark category; returns it."""
+    from agentgym.policy.models import resolve_model_name
+
+    parts = [p for spec in config.eval.benchmarks for p in plan(parse_benchmark(spec))]
+    names = {"model": config.model.name, **({"baseline": baseline} if baseline else {})}
+    s = config.sampling
+
+    def held_out(tokenizer) -> list[tuple[HeldOut, Callable]]:
+        options = {"max_episode_tokens": s.max_episode_tokens, "stop": s.stop}
+        tokens = config.eval.max_new_tokens or s.max_new_tokens
+        return [
+            (
+                benchmark_held_out(part, tokenizer, max_new_tokens=tokens, **options),
+                lambda results, part=part: labelled(part, results),
+            )
+            for part in parts
+        ]
+
+    meta = {
+        "benchmarks": describe(parts),
+        **{role: resolve_model_name(name) for role, name in names.items()},
+        "temperature": 0.0,
+        "max_new_tokens": config.eval.max_new_tokens or s.max_new_tokens,
+        "max_episode_tokens": s.max_episode_tokens,
+    }
+    return _evaluate(config, names, held_out, meta, k=1, output=output)
+
+
+def _evaluate(
+    config,
+    names: dict[str, str],
+    held_out: Callable[[Any], list[tuple[HeldOut, Callable]]],
+    meta: dict[str, Any],
+    *,
+    k: int,
+    output: Path,
+) -> Report:
+    """Plays each model's `held_out(tokenizer)` sets (each with what labels its results),
+    saves its episodes, and writes and prints the report."""
+    from agentgym.eval.console import Stages, print_report
+    from agentgym.policy.hf import HFPolicy
+    from agentgym.policy.models import load_configured, place
+
     results: dict[str, list[TaskResult]] = {}
     m = config.model
     with Stages() as stages:
         for role, name in names.items():
             model, tokenizer = load_configured(name, m)
             model = place(model, m)  # the model and the baseline alike
-            player = players(config, tokenizer)
-            held = HeldOut.from_config(config, ids, tokenizer, n=n, player=player)
-            try:
-                task = stages.stage(f"eval {role}", held.episodes)
-                policy = HFPolicy(model, tokenizer)
-                advance = lambda count, task=task: stages.advance(task, count)  # noqa: E731
-                played: list[Trajectory] = []
-                results[role] = held.run(policy, seed=run.seed, advance=advance, episodes=played)
-                path, greedy = output / f"episodes-{role}.npz", len(results[role])
-                save_episodes(path, played, greedy, config, name, tokenizer)
-                figures = summarize(results[role]).greedy
-                stages.note(task, f"correct {figures.correctness_strict:.3f}", done=True)
-            finally:
-                held.close()
-        meta = {
-            "env": run.env,
-            "env_kwargs": run.env_kwargs,
-            "split": ev.split,
-            **{role: resolve_model_name(name) for role, name in names.items()},
-            "n": n,
-            "k": k,
-            "temperature": config.sampling.temperature,
-            "top_p": config.sampling.top_p,
-            "max_new_tokens": ev.max_new_tokens or config.sampling.max_new_tokens,
-            **({"agent": run.agent} if run.agent else {}),
-        }
-        report = build_report(
-            results,
-            k=k if n else 1,
-            comparisons=[("model", "baseline")] if baseline else (),
-            meta=meta,
-        )
+            greedy: list[Trajectory] = []
+            sampled: list[Trajectory] = []
+            results[role] = []
+            for held, label in held_out(tokenizer):
+                try:
+                    task = stages.stage(f"eval {role}", held.episodes)
+                    policy = HFPolicy(model, tokenizer)
+                    advance = lambda count, task=task: stages.advance(task, count)  # noqa: E731
+                    mine: list[Trajectory] = []
+                    got = label(
+                        held.run(policy, seed=config.run.seed, advance=advance, episodes=mine)
+                    )
+                    figures = summarize(got).greedy
+                    stages.note(task, f"correct {figures.correctness_strict:.3f}", done=True)
+                finally:
+                    held.close()
+                results[role] += got
+                greedy += mine[: len(got)]  # each task's greedy episode, then the sampled
+                sampled += mine[len(got) :]
+            path = output / f"episodes-{role}.npz"
+            save_episodes(path, greedy + sampled, len(greedy), config, name, tokenizer)
+        comparisons = [("model", "baseline")] if "baseline" in names else ()
+        report = build_report(results, k=k, comparisons=comparisons, meta=meta)
         write_report(output, report)
         print_report(report, stages.bar.console)
     return report

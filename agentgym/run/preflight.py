@@ -102,7 +102,9 @@ def check(
             read_chat_template(config.model.chat_template)
         except (ValueError, OSError) as err:
             problems.append(Problem("model.chat_template", str(err)))
-    problems += _env_problems(config, command)
+    benchmarks_only = command == "eval" and bool(config.eval.benchmarks)
+    problems += [] if benchmarks_only else _env_problems(config, command)  # theirs: their own
+    problems += _benchmark_problems(config, command)
     problems += _player_problems(config)
     if command == "train":
         problems += [
@@ -222,6 +224,31 @@ def _env_problems(config: Config, command: Command) -> list[Problem]:
         return problems + ([Problem("run.curriculum.levels", found)] if found else [])
     finally:
         env.close()
+
+
+def _benchmark_problems(config: Config, command: Command) -> list[Problem]:
+    """`eval.benchmarks` parse and their data packages are installed; `eval.select_by` names
+    a held-out figure the run logs (one where higher is better)."""
+    from agentgym.eval.benchmarks import parse_benchmark, selectable
+
+    ev, problems = config.eval, []
+    choices = []
+    for spec in ev.benchmarks:
+        try:
+            choices.append(parse_benchmark(spec))
+        except ValueError as err:
+            problems.append(Problem("eval.benchmarks", str(err)))
+    for module in dict.fromkeys(c.benchmark.module for c in choices):
+        if not available(module):
+            problems.append(Problem("eval.benchmarks", f"needs {module}: {install_hint(module)}"))
+    if ev.select_by is not None and command == "train":
+        valid = selectable(choices, sampled=ev.n > 0)
+        if ev.select_by not in valid:
+            why = f"{ev.select_by!r} is not a held-out figure this run logs; valid: "
+            problems.append(Problem("eval.select_by", why + ", ".join(valid)))
+        elif not ev.every:
+            problems.append(Problem("eval.select_by", "needs eval.every > 0 (no evaluation)"))
+    return problems
 
 
 def _readiness_problems(env: gym.Env, field: str, members: str) -> list[Problem]:

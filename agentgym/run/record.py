@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentgym import records
+from agentgym.eval.benchmarks import figures as benchmark_figures
+from agentgym.eval.benchmarks import labelled
 from agentgym.eval.console import Stages
 from agentgym.eval.heldout import HeldOut, TaskResult
 from agentgym.eval.report import summarize
@@ -81,11 +83,15 @@ def selection_figures(run: Run, stages: Stages, step: int) -> dict[str, float]:
     assert run.selection is not None  # made before GRPO when eval.every is set
     with run.evaluating() as policy:
         results = evaluate(run.selection, policy, stages, f"eval step {step}", run.config.run.seed)
+        played = [
+            labelled(part, evaluate(held, policy, stages, f"{part.choice.label} step {step}", 0))
+            for part, held in run.benchmarks
+        ]
     figures = summarize(results)
     row = {key: getattr(figures.greedy, v) for key, v in EVAL_METRICS.items()}
     if figures.sampled is not None:
         row[records.EVAL_PASS_AT_1] = figures.sampled.at_k["pass@1"]
-    return row
+    return row | benchmark_figures([r for rs in played for r in rs])
 
 
 def score_start(run: Run, stages: Stages) -> None:
@@ -124,7 +130,7 @@ def record_step(
     run.log.trained(record, config.grpo.group_size)
     if config.run.log_episodes:
         run.log.episodes(record, config.run.episode_tokens, config.run.episode_max_mb, t.tokenizer)
-    select = records.EVAL_PASS_AT_1 if ev.n else records.EVAL_CORRECTNESS
+    select = ev.select_by or (records.EVAL_PASS_AT_1 if ev.n else records.EVAL_CORRECTNESS)
     if records.EVAL_CORRECTNESS in metrics and best_step(p.candidates(), select) == step:
         p.best_step = step
         save_best(run.out, step, t.model, t.tokenizer, config)

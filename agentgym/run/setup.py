@@ -22,6 +22,8 @@ import torch
 from agentgym.config import Config
 from agentgym.doctor.template_checks import check_env_template
 from agentgym.env.core import make_env
+from agentgym.eval.benchmarks import BenchmarkPart, parse_benchmark, plan
+from agentgym.eval.benchmarks import held_out as benchmark_held_out
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids, task_result
 from agentgym.learn.learner import Learner
 from agentgym.policy.backend import engine_folder, make_policy
@@ -88,6 +90,8 @@ class Run:
     report_set: HeldOut | None = None
     """The closing table's tasks (`eval.report_tasks`), disjoint from the selection's."""
     start_set: HeldOut | None = None
+    benchmarks: list[tuple[BenchmarkPart, HeldOut]] = field(default_factory=list)
+    """`eval.benchmarks`' tasks, played at each held-out evaluation beside the selection's."""
     results: dict[str, list[TaskResult]] = field(default_factory=dict)
     policy: Policy | None = None
     """The run's own policy, which evaluations play with."""
@@ -128,6 +132,8 @@ class Run:
             if not self.envs:
                 probe.close()
         self.selection = self._held_out(tokenizer, ev.tasks, 0) if ev.every else None
+        if ev.every and ev.benchmarks:
+            self.benchmarks = self._benchmarks(tokenizer)
         if ev.report_tasks:
             self.report_set = self.start_set = self._held_out(tokenizer, ev.report_tasks, ev.tasks)
             if ev.start_n is not None and ev.start_n != ev.n:
@@ -142,6 +148,15 @@ class Run:
         return HeldOut.from_config(
             self.config, ids, tokenizer, n=ev.n if n is None else n, player=player
         )
+
+    def _benchmarks(self, tokenizer) -> list[tuple[BenchmarkPart, HeldOut]]:
+        s = self.config.sampling
+        tokens = self.config.eval.max_new_tokens or s.max_new_tokens
+        parts = [p for spec in self.config.eval.benchmarks for p in plan(parse_benchmark(spec))]
+        options = {"max_episode_tokens": s.max_episode_tokens, "stop": s.stop}
+        return [
+            (p, benchmark_held_out(p, tokenizer, max_new_tokens=tokens, **options)) for p in parts
+        ]
 
     def start_training(self, model, tokenizer, resume: Path | None) -> Trainer:
         """The learner, the run's policy, and where GRPO stands (a resumed run's progress,
@@ -266,6 +281,8 @@ class Run:
         for held in (self.report_set, self.start_set, self.selection):
             if held is not None:
                 held.close()
+        for _, held in self.benchmarks:
+            held.close()
 
 
 def follow(config: Config, resume: Path | None) -> Path:
