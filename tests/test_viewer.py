@@ -221,3 +221,16 @@ def test_the_view_command_refuses_a_folder_it_cannot_show_with_a_message_and_exi
     err = capsys.readouterr().err
     assert err.startswith(f"agentgym view: error: {tmp_path}: neither episodes/step-*.npz")
     assert not (tmp_path / "view.html").exists()
+
+
+def test_the_curves_draw_each_benchmark_and_category_a_run_evaluated():
+    rows = [
+        {"step": 1, "reward/mean": 0.1, "bench/bfcl/correctness": 0.25},
+        {"step": 2, "reward/mean": 0.3},
+        {"step": 3, "bench/bfcl/correctness": 0.5, "bench/bfcl/multiple/correctness": 1.0},
+    ]
+    series = curves(rows)["series"]
+    assert list(series) == ["reward", "bench/bfcl", "bench/bfcl/multiple"]
+    assert series["bench/bfcl"] == [0.25, None, 0.5]  # steps without an evaluation: gaps
+    assert series["bench/bfcl/multiple"] == [None, None, 1.0]
+    assert curves_svg(curves(rows)).count("<svg") == 3

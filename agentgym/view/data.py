@@ -101,9 +101,13 @@ def run_view(folder: Path) -> dict[str, Any]:
 def curves(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The steps, each curve's values (None where a row lacks it) and the health warnings
     (step -> kinds) of metrics.jsonl's rows."""
+    benchmarks = dict.fromkeys(  # eval.benchmarks' figures, each benchmark and category
+        k for r in rows for k in r if k.startswith(records.BENCH_PREFIX) and k.count("/") <= 3
+    )
+    named = [*CURVES, *((k, k.removesuffix("/correctness")) for k in benchmarks)]
     series = {
         label: [r.get(name) for r in rows]
-        for name, label in CURVES
+        for name, label in named
         if any(r.get(name) is not None for r in rows)
     }
     health = {r["step"]: r["health"] for r in rows if r.get("health")}
