@@ -1,0 +1,133 @@
+"""What our own world teaches, measured outside it: checkpoints trained on agentgym's own
+environments, evaluated on BFCL v4 as published. A benchmark, not a test.
+
+The models: the embedded start model; the `FunctionCalls-v0` warm-up and its three arms
+(`bench/function_calls.py`: grpo, rft, sft) of one seed's folder; and the default run's
+(`make train`) SFT and best checkpoints. Each is played greedily on the same seeded subset
+of BFCL's single-turn categories (`--n` tasks of each of `CATEGORIES`, `agentgym eval
+--benchmark`), scored by BFCL's checker (`string_match: bfcl`); the table gives each
+category's correctness per model and each model's difference from the start model with a
+95 % paired bootstrap interval over the same tasks.
+
+    python bench/bfcl_transfer.py --arms runs/bench-function-calls/seed0 \
+        --default-run runs/tool_call [--n 40] [--out runs/bench-bfcl]
+    python bench/bfcl_transfer.py --table runs/bench-bfcl
+
+Each model's report stays in `OUT/<model>/`; a rerun skips what is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CATEGORIES = ("simple_python", "multiple", "parallel", "irrelevance", "live_simple")
+
+
+def models(start: str, arms: Path | None, default_run: Path | None) -> dict[str, str]:
+    """name -> model (`start`, then the checkpoint folders that exist)."""
+    found = {"start": start}
+    if arms is not None:
+        for name in ("warmup", "grpo", "rft", "sft"):
+            done = arms / name / "done"
+            if done.exists():
+                found[f"fc-{name}"] = done.read_text().strip()
+    if default_run is not None:
+        for name, folder in (
+            ("default-sft", "checkpoint-sft"),
+            ("default-best", "checkpoint-best"),
+        ):
+            if (default_run / folder).exists():
+                found[name] = str((default_run / folder).resolve())
+    return found
+
+
+def evaluate(name: str, model: str, out: Path, n: int, extra: list[str]) -> Path:
+    """`agentgym eval --benchmark` of `model` into `out/name` (skipped when done)."""
+    folder = out / name
+    if not (folder / "report.json").exists():
+        spec = f"bfcl:{','.join(CATEGORIES)}@{n}"
+        cmd = [sys.executable, "-m", "agentgym", "eval", "--benchmark", spec, "--model", model]
+        cmd += ["--output", str(folder), "--save-episodes", "failures"]
+        cmd += [x for s in extra for x in ("--set", s)]
+        with open(out / f"{name}.log", "a") as log:
+            log.write("$ " + " ".join(cmd) + "\n")
+            log.flush()
+            code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        if code != 0:
+            raise SystemExit(f"{name}: agentgym eval failed ({code}); see {out}/{name}.log")
+    return folder
+
+
+def correct(folder: Path) -> dict[str, dict[str, float]]:
+    """category -> task id -> greedy correctness (0/1) of one report."""
+    tasks = json.loads((folder / "report.json").read_text())["tasks"]["model"]
+    out: dict[str, dict[str, float]] = {}
+    for t in tasks:
+        out.setdefault(t["category"].partition("/")[2], {})[t["task_id"]] = float(
+            t["greedy"]["strict"]
+        )
+    return out
+
+
+def table(out: Path) -> str:
+    """The markdown table of every model evaluated under `out`."""
+    from agentgym.eval.stats import paired_bootstrap
+
+    names = [p.name for p in sorted(out.iterdir()) if (p / "report.json").exists()]
+    names.sort(key=lambda n: (n != "start", n))
+    scores = {n: correct(out / n) for n in names}
+    meta = json.loads((out / names[0] / "report.json").read_text())["meta"]["benchmarks"]
+    ((label, entry),) = meta.items()
+    lines = [
+        f"BFCL v4 ({entry['package']} {entry['version']}), `{label}`, greedy, "
+        f"subset seed {entry['subset_seed']}; correctness, and the difference from the start "
+        "model with its 95 % paired bootstrap interval",
+        "",
+        "| category | n | " + " | ".join(names) + " |",
+        "|" + " --- |" * (2 + len(names)),
+    ]
+    rows = {c: {n: scores[n].get(c, {}) for n in names} for c in CATEGORIES}
+    rows["all"] = {
+        n: {t: v for c in CATEGORIES for t, v in scores[n].get(c, {}).items()} for n in names
+    }
+    for category, by_model in rows.items():
+        ids = sorted(by_model["start"])
+        cells = []
+        for n in names:
+            values = [by_model[n][t] for t in ids]
+            cell = f"{sum(values) / len(values):.3f}"
+            if n != "start":
+                base = [by_model["start"][t] for t in ids]
+                diff, low, high = paired_bootstrap(values, base)
+                cell += f" ({diff:+.3f} [{low:+.3f}, {high:+.3f}])"
+            cells.append(cell)
+        lines.append(f"| {category} | {len(ids)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--arms", type=Path, help="a bench/function_calls.py seed folder")
+    parser.add_argument("--default-run", type=Path, help="the default run's folder (make train)")
+    parser.add_argument("--start", default="embedded", help="the start model (smoke: tiny-random)")
+    parser.add_argument("--n", type=int, default=40, help="BFCL tasks of each category")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-bfcl")
+    parser.add_argument("--table", type=Path, help="print the table of the models in it")
+    parser.add_argument("--set", dest="sets", action="append", default=[], help="eval overrides")
+    args = parser.parse_args()
+    if args.table:
+        print(table(args.table))
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, model in models(args.start, args.arms, args.default_run).items():
+        evaluate(name, model, args.out, args.n, args.sets)
+    print(table(args.out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
