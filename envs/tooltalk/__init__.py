@@ -1,1 +1,1 @@
-"""agentgym/ToolTalk-v0: ToolTalk's published dialogues and simulated APIs, scored by its metrics."""
+"""agentgym/ToolTalk-v0: ToolTalk's dialogues and simulated APIs, scored by its metrics."""

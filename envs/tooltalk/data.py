@@ -13,7 +13,6 @@ every `TEST_EVERY`-th dialogue of each category in published order (positions 3,
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,10 +42,6 @@ class Dialogue:
     def points(self) -> tuple[int, ...]:
         """Indices of the assistant turns: ToolTalk's prediction points."""
         return tuple(i for i, t in enumerate(self.turns) if t["role"] == "assistant")
-
-    def fresh(self) -> dict[str, Any]:
-        """A deep copy of the conversation, for ToolTalk's code to annotate."""
-        return copy.deepcopy(dict(self.data))
 
 
 def data_dir() -> Any:
@@ -90,9 +85,7 @@ def load_dialogues(categories: Sequence[str]) -> list[Dialogue]:
     return dialogues
 
 
-def split_dialogues(
-    dialogues: Sequence[Dialogue], *, benchmark: bool
-) -> dict[str, list[Dialogue]]:
+def split_dialogues(dialogues: Sequence[Dialogue], *, benchmark: bool) -> dict[str, list[Dialogue]]:
     """{"train": [...], "test": [...]}: see the module docstring."""
     if benchmark:
         return {"train": [], "test": list(dialogues)}

@@ -213,7 +213,10 @@ class ToolTalkEnv(ToolEnv):
     def agent_opening(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.task is None or not messages or messages[0]["role"] != "system":
             return messages
-        return [{"role": "system", "content": self.system_text(self.task, with_tools=False)}, *messages[1:]]
+        return [
+            {"role": "system", "content": self.system_text(self.task, with_tools=False)},
+            *messages[1:],
+        ]
 
     def call_text(self, api: Mapping[str, Any], *, for_model: bool = False) -> str:
         """A ground-truth call written in the env's format; `for_model` leaves out the
@@ -274,9 +277,7 @@ class ToolTalkEnv(ToolEnv):
             call = attempt.call
             record = play.call(call.name, call.arguments) if call else play.call(None, None)
             kind = attempt.error or (
-                ToolErrorKind.UNKNOWN_TOOL
-                if call and call.name not in self.executor.apis
-                else None
+                ToolErrorKind.UNKNOWN_TOOL if call and call.name not in self.executor.apis else None
             )
             if kind is not None:
                 errors[str(kind)] = errors.get(str(kind), 0) + 1

@@ -35,7 +35,7 @@ class DialoguePlay:
         self.dialogue = dialogue
         self.executor = executor
         self.semantic_match = semantic_match
-        self.conversation = dialogue.fresh()
+        self.predictions: dict[int, list[dict[str, Any]]] = {}  # turn index -> its records
         self.point = 0  # index into dialogue.points of the open prediction point
         self.steps = 0  # model turns taken at the open point
         self.metrics: dict[str, Any] = {}
@@ -54,8 +54,8 @@ class DialoguePlay:
 
     def _enter(self) -> None:
         """Opens the current point: ToolTalk's state reset and ground-truth replay."""
-        history = [
-            copy.deepcopy(api)
+        history = [  # execute_tool writes the session token into a request's parameters
+            {"request": copy.deepcopy(api["request"])}
             for turn in self.dialogue.turns[: self.turn_index]
             if turn["role"] == "assistant"
             for api in turn.get("apis", [])
@@ -63,12 +63,28 @@ class DialoguePlay:
         data = self.dialogue.data
         user = copy.deepcopy(dict(data.get("user") or {}))
         self.executor.init_conversation_state(dict(data["metadata"]), history, user)
-        self._predictions().clear()
+        self.predictions[self.turn_index] = []
 
     def _predictions(self) -> list[dict[str, Any]]:
-        turn = self.conversation["conversation"][self.turn_index]
-        predictions: list[dict[str, Any]] = turn.setdefault("predictions", [])
-        return predictions
+        return self.predictions[self.turn_index]
+
+    def conversation(self) -> dict[str, Any]:
+        """The dialogue as `run_conversation` leaves it so far (the turns' roles, ground-truth
+        calls and predictions), in fresh dicts for `evaluate_predictions` to annotate (it
+        sets keys on the call and prediction dicts only)."""
+        turns = [
+            {
+                "role": turn["role"],
+                "apis": [dict(api) for api in turn.get("apis", [])],
+                **(
+                    {"predictions": [dict(p) for p in self.predictions[i]]}
+                    if i in self.predictions
+                    else {}
+                ),
+            }
+            for i, turn in enumerate(self.dialogue.turns)
+        ]
+        return {"conversation": turns}
 
     def call(self, name: str | None, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
         """Runs one predicted call at the open point; its prediction record."""
@@ -90,9 +106,7 @@ class DialoguePlay:
         """ToolTalk's metrics of the predictions so far against all the dialogue's ground
         truth (as if the dialogue ended now); `metrics` keeps ToolTalk's whole dict."""
         self.executor.compare_errors = 0
-        self.metrics = evaluate(
-            self.executor, copy.deepcopy(self.conversation), self.semantic_match
-        )
+        self.metrics = evaluate(self.executor, self.conversation(), self.semantic_match)
         self.metrics["compare_errors"] = self.executor.compare_errors
         return {
             "correctness": float(bool(self.metrics["success"])),

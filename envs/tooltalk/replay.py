@@ -35,6 +35,7 @@ import json
 import re
 import string
 from collections.abc import Callable, Iterator, Mapping
+from importlib import resources
 from typing import Any, Literal, get_args
 
 from agentgym.extras import need
@@ -51,7 +52,9 @@ SEMANTIC_MODULES = ("calendar", "email", "message", "reminder")
 
 PARSE_FAILURE = "Failed to parse API call"  # ToolTalk's exception text for unreadable calls
 
-_mode: contextvars.ContextVar[str | None] = contextvars.ContextVar("tooltalk_semantic", default=None)
+_mode: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tooltalk_semantic", default=None
+)
 _PUNCTUATION = string.punctuation + string.whitespace
 
 
@@ -100,13 +103,16 @@ def semantic_mode(mode: SemanticMatch) -> Iterator[None]:
         _mode.reset(token)
 
 
-class Executor(tool_executor.ToolExecutor):  # type: ignore[misc,name-defined]
+def database_dir() -> Any:
+    """The wheel's `tooltalk/data/databases` folder (the simulated APIs' initial state)."""
+    return resources.files("tooltalk") / "data" / "databases"
+
+
+class Executor(tool_executor.ToolExecutor):  # type: ignore[name-defined]
     """ToolTalk's `ToolExecutor` on the wheel's databases, with the two guards above."""
 
     def __init__(self) -> None:
-        root = importlib.resources.files("tooltalk") / "data" / "databases"
-        with importlib.resources.as_file(root) as folder:
-            super().__init__(init_database_dir=str(folder))
+        super().__init__(init_database_dir=str(database_dir()))
         self.compare_errors = 0
 
     def compare_api_calls(self, prediction: dict, ground_truth: dict) -> bool:
@@ -121,7 +127,7 @@ class Executor(tool_executor.ToolExecutor):  # type: ignore[misc,name-defined]
         record it appends (role "api", request, response, exception). `arguments` None is
         a call that could not be read (ToolTalk's "Failed to parse API call")."""
         if arguments is None:
-            request = {"api_name": name or "", "parameters": None}
+            request: dict[str, Any] = {"api_name": name or "", "parameters": None}
             response: dict[str, Any] = {"response": None, "exception": PARSE_FAILURE}
         else:
             try:
