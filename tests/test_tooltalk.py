@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-from collections import Counter
 
 import gymnasium as gym
 import pytest
@@ -91,16 +90,15 @@ def test_scoring_names_the_package_and_the_offline_fallback(bench):
 
 
 def test_every_ground_truth_dialogue_succeeds(bench):
-    totals: Counter = Counter()
+    per_dialogue = []
     for index in range(bench.num_tasks("test")):
         task_id = bench.task_id("test", index)
         bench.reset(options={"task_id": task_id, "split": "test"})
         total, info = play(bench, task_id, bench.demonstration(bench.task))
         assert info["correct"], (task_id, info["tooltalk_metrics"])
         assert total == pytest.approx(1.0 + 0.1 + 0.2)
-        totals.update({k: v for k, v in info["tooltalk_metrics"].items() if k in METRIC_KEYS})
-        totals["num_conversations"] += 1
-    aggregate = replay.get_metrics(totals)
+        per_dialogue.append(info["tooltalk_metrics"])
+    aggregate = replay.aggregate(per_dialogue)
     assert aggregate["num_conversations"] == 78
     assert aggregate["success_rate"] == 1.0 and aggregate["precision"] == 1.0
 
@@ -112,7 +110,7 @@ def test_wrong_and_extra_calls_by_hand(bench):
     find = render(agentgym.ToolCall("FindAlarms", {}))
     # one wrong action that succeeds: nothing matched, a bad action
     total, info = play(bench, "AddAlarm-easy", [wrong, "done"])
-    m = info["tooltalk_metrics"]
+    first = m = info["tooltalk_metrics"]
     assert (m["precision"], m["recall"], m["bad_action_rate"], m["success"]) == (0, 0, 1, False)
     assert total == pytest.approx(-0.2)
     # wrong action, right action, a lookup: 1 match of 3 predictions, 1 bad of 2 actions
@@ -122,6 +120,10 @@ def test_wrong_and_extra_calls_by_hand(bench):
     assert m["precision"] == pytest.approx(1 / 3) and m["recall"] == 1.0
     assert m["bad_action_rate"] == 0.5 and info["correct"] is False
     assert total == pytest.approx(0.1 / 3 + 0.2 - 0.2 * 0.5)
+    # ToolTalk's totals pool the calls: 1 match of 4 predictions, 2 bad of 3 actions
+    pooled = replay.aggregate([first, m])
+    assert (pooled["precision"], pooled["recall"]) == (0.25, 0.5)
+    assert pooled["bad_action_rate"] == pytest.approx(2 / 3) and pooled["success_rate"] == 0
     # an argument named self: ToolTalk's executor raises; here it is the call's exception
     _, info = play(bench, "AddAlarm-easy", [render(agentgym.ToolCall("AddAlarm", {"self": 1}))])
     assert info["tooltalk_metrics"]["predictions"] == 1 and not info["correct"]

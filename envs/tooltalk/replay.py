@@ -34,7 +34,8 @@ import importlib.metadata
 import json
 import re
 import string
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import resources
 from typing import Any, Literal, get_args
 
@@ -201,7 +202,14 @@ def scoring(categories: tuple[str, ...], mode: SemanticMatch, split_rule: str) -
     }
 
 
-def get_metrics(total: Mapping[str, Any]) -> dict[str, Any]:
-    """ToolTalk's aggregate over conversations (`tooltalk.evaluation.metrics.get_metrics`)."""
-    result: dict[str, Any] = metrics_module.get_metrics(dict(total))
+def aggregate(per_dialogue: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """ToolTalk's figures over dialogues, as `evaluate_openai.main` totals them: each
+    dialogue's metrics (`info["tooltalk_metrics"]`) added into a Counter, then
+    `tooltalk.evaluation.metrics.get_metrics` (precision and recall pooled over all calls,
+    success rate over dialogues)."""
+    total: Counter[str] = Counter()
+    for metrics in per_dialogue:
+        total += Counter(dict(metrics))
+        total["num_conversations"] += 1
+    result: dict[str, Any] = metrics_module.get_metrics(total)
     return result
