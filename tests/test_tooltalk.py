@@ -313,3 +313,50 @@ def test_arbitrary_assistant_text_never_crashes(bench, actions, seed):
         }
         if terminated:
             break
+
+
+class ScriptedTurns:
+    """A stand-in policy: each prompt gets the next of `turns`, ended with the turn end."""
+
+    def __init__(self, tokenizer, turns: list[str]):
+        from agentgym.policy.turn_end import find_turn_end
+
+        self.tokenizer, self.turns = tokenizer, list(turns)
+        self.end = list(find_turn_end(tokenizer).ids)
+
+    def generate(self, prompts, params, streams=None):
+        from agentgym.policy.base import Generation
+
+        out = []
+        for _ in prompts:
+            ids = self.tokenizer.encode(self.turns.pop(0), add_special_tokens=False) + self.end
+            out.append(Generation(tuple(ids), tuple(-0.5 for _ in ids), "stop"))
+        return out
+
+
+def test_the_rollout_plays_the_ground_truth_in_the_models_native_format(tiny):
+    """Through agentgym's rollout with a chat template: native calls, the ground truth's
+    assistant turns appended as environment text (loss mask 0), success paid."""
+    from agentgym.env.core import make_env
+    from agentgym.policy.base import SamplingParams
+    from agentgym.rollout.episodes import collect, use_chat_template
+    from agentgym.types import TaskSpec
+
+    tokenizer = tiny[1]
+    env = make_env(ID, benchmark=True)
+    use_chat_template(env, tokenizer)
+    task_id = "AccountTools-Alarm-Calendar-AddAlarm-0"
+    env.reset(options={"task_id": task_id, "split": "test"})
+    assert env.unwrapped.format.name == "native"
+    turns = env.unwrapped.demonstration(env.unwrapped.task)
+    spec = [TaskSpec(task_id=task_id, split="test")]
+    (trajectory,) = collect(
+        [env], spec, 1, ScriptedTurns(tokenizer, turns), tokenizer, SamplingParams()
+    )
+    assert trajectory.error is None and len(trajectory.turn_spans) == len(turns)
+    assert trajectory.reward_parts["correctness"] == 1.0
+    assert trajectory.reward == pytest.approx(1.3)
+    masked = [
+        i for i, m in enumerate(trajectory.loss_mask) if m == 0 and i >= trajectory.prompt_length
+    ]
+    assert "Thanks, I made the account" in tokenizer.decode([trajectory.tokens[i] for i in masked])
