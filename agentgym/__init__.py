@@ -99,6 +99,12 @@ if "agentgym/Harbor-v0" not in gym.registry:
         max_episode_steps=16,  # HarborEnv's max_turns: its tests run at the last turn
     )
 
+if "agentgym/ToolTalk-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/ToolTalk-v0",
+        entry_point="agentgym.envs.tooltalk.env:ToolTalkEnv",  # ends itself: see its docstring
+    )
+
 if "agentgym/Verifiers-v0" not in gym.registry:
     gym.register(
         id="agentgym/Verifiers-v0",
