@@ -139,6 +139,8 @@ def test_eval_benchmark_reports_each_category_and_what_scored_it(digits, tmp_pat
     assert {"model / digits/long", "model / digits/short"} <= set(report["models"])
     assert report["models"]["model / digits/long"]["tasks"] == 4
     assert "reward_weights" not in json.dumps(meta)
+    # a benchmark's budget, not the run's 4096: ToolTalk's prompt alone is ~7k tokens
+    assert meta["max_episode_tokens"] == {"digits:long@4": 16384, "digits:short": 16384}
 
 
 def test_a_missing_benchmark_or_category_is_refused_before_a_model_loads(tmp_path, capsys):

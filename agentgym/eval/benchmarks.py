@@ -47,6 +47,10 @@ class Benchmark:
     """The categories `NAME` alone plays."""
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments every one of its environments gets (besides categories, benchmark)."""
+    episode_tokens: int = 16384
+    """The token budget of one episode, when `sampling.max_episode_tokens` is smaller: a
+    benchmark's prompts (ToolTalk's 28 API documents are ~7k tokens) and dialogues are
+    longer than a training run's; a model's own context may still be shorter."""
 
     @property
     def package(self) -> str:
@@ -191,19 +195,25 @@ def plan(choice: BenchmarkChoice) -> list[BenchmarkPart]:
     return parts
 
 
-def held_out(part: BenchmarkPart, tokenizer, *, max_new_tokens: int, **options: Any) -> HeldOut:
-    """`part`'s tasks as a greedy `HeldOut` (a benchmark's figure is its greedy episode);
-    `options` as HeldOut's (max_episode_tokens, stop, player, ...)."""
-    batch = min(32, len(part.task_ids))
+def held_out(part: BenchmarkPart, tokenizer, config) -> HeldOut:
+    """`part`'s tasks as a greedy `HeldOut` (a benchmark's figure is its greedy episode),
+    with the run's turn limits and stop strings and the budget `episode_tokens` gives."""
+    s = config.sampling
     return HeldOut(
         part.env_id,
         part.env_kwargs,
         part.task_ids,
         tokenizer,
-        max_new_tokens=max_new_tokens,
-        batch=batch,
-        **options,
+        max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
+        max_episode_tokens=episode_tokens(part.choice.benchmark, config),
+        stop=s.stop,
+        batch=min(32, len(part.task_ids)),
     )
+
+
+def episode_tokens(bench: Benchmark, config) -> int:
+    """An episode's token budget on `bench`: the larger of the run's and the benchmark's."""
+    return max(config.sampling.max_episode_tokens, bench.episode_tokens)
 
 
 def labelled(part: BenchmarkPart, results: list[TaskResult]) -> list[TaskResult]:

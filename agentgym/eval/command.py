@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentgym.eval.benchmarks import describe, labelled, parse_benchmark, plan
+from agentgym.eval.benchmarks import describe, episode_tokens, labelled, parse_benchmark, plan
 from agentgym.eval.benchmarks import held_out as benchmark_held_out
 from agentgym.eval.episode_files import write_episodes
 from agentgym.eval.heldout import HeldOut, TaskResult, held_out_ids
@@ -65,14 +65,9 @@ def run_benchmarks(config, *, baseline: str | None, output: Path) -> Report:
     s = config.sampling
 
     def held_out(tokenizer) -> list[tuple[HeldOut, Callable]]:
-        options = {"max_episode_tokens": s.max_episode_tokens, "stop": s.stop}
-        tokens = config.eval.max_new_tokens or s.max_new_tokens
         return [
-            (
-                benchmark_held_out(part, tokenizer, max_new_tokens=tokens, **options),
-                lambda results, part=part: labelled(part, results),
-            )
-            for part in parts
+            (benchmark_held_out(p, tokenizer, config), lambda rs, p=p: labelled(p, rs))
+            for p in parts
         ]
 
     meta = {
@@ -80,7 +75,9 @@ def run_benchmarks(config, *, baseline: str | None, output: Path) -> Report:
         **{role: resolve_model_name(name) for role, name in names.items()},
         "temperature": 0.0,
         "max_new_tokens": config.eval.max_new_tokens or s.max_new_tokens,
-        "max_episode_tokens": s.max_episode_tokens,
+        "max_episode_tokens": {
+            p.choice.label: episode_tokens(p.choice.benchmark, config) for p in parts
+        },
     }
     return _evaluate(config, names, held_out, meta, k=1, output=output)
 

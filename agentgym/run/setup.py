@@ -150,13 +150,8 @@ class Run:
         )
 
     def _benchmarks(self, tokenizer) -> list[tuple[BenchmarkPart, HeldOut]]:
-        s = self.config.sampling
-        tokens = self.config.eval.max_new_tokens or s.max_new_tokens
         parts = [p for spec in self.config.eval.benchmarks for p in plan(parse_benchmark(spec))]
-        options = {"max_episode_tokens": s.max_episode_tokens, "stop": s.stop}
-        return [
-            (p, benchmark_held_out(p, tokenizer, max_new_tokens=tokens, **options)) for p in parts
-        ]
+        return [(p, benchmark_held_out(p, tokenizer, self.config)) for p in parts]
 
     def start_training(self, model, tokenizer, resume: Path | None) -> Trainer:
         """The learner, the run's policy, and where GRPO stands (a resumed run's progress,
