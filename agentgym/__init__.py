@@ -99,6 +99,12 @@ if "agentgym/Harbor-v0" not in gym.registry:
         max_episode_steps=16,  # HarborEnv's max_turns: its tests run at the last turn
     )
 
+if "agentgym/BFCLMultiTurn-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/BFCLMultiTurn-v0",
+        entry_point="agentgym.envs.bfcl_multi.env:BFCLMultiTurnEnv",
+    )
+
 if "agentgym/Verifiers-v0" not in gym.registry:
     gym.register(
         id="agentgym/Verifiers-v0",
