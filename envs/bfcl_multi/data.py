@@ -111,10 +111,9 @@ def class_docs(class_name: str) -> tuple[Mapping[str, Any], ...]:
 def offered_functions(
     entry: Mapping[str, Any],
 ) -> tuple[tuple[dict[str, Any], ...], dict[int, tuple[dict[str, Any], ...]]]:
-    """(docs offered from the start, {turn: docs added then}) as BFCL builds them."""
-    functions = [
-        copy.deepcopy(dict(doc)) for c in entry["involved_classes"] for doc in class_docs(c)
-    ]
+    """(docs offered from the start, {turn: docs added then}) as BFCL builds them; shallow
+    copies of `class_docs`' (the hint changes only the description): never mutated."""
+    functions = [dict(doc) for c in entry["involved_classes"] for doc in class_docs(c)]
     missed: dict[int, tuple[dict[str, Any], ...]] = {}
     for turn, names in entry.get("missed_function", {}).items():
         taken = []
@@ -124,9 +123,8 @@ def offered_functions(
                     taken.append(functions.pop(i))
                     break
         missed[int(turn)] = tuple(taken)
-    for doc in functions:
-        doc["description"] = doc["description"] + PYTHON_HINT
-    return tuple(functions), missed
+    hinted = tuple({**doc, "description": doc["description"] + PYTHON_HINT} for doc in functions)
+    return hinted, missed
 
 
 def check_categories(categories: Sequence[str] | None) -> tuple[str, ...]:
