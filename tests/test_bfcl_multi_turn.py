@@ -223,6 +223,31 @@ def test_bfcl_s_step_limit_force_quits_the_episode(bench):
     assert info["bfcl_error_type"] == "multi_turn:force_terminated"
 
 
+def test_max_turns_cuts_the_episode_uncorrected():
+    env = gym.make(ENV_ID, categories=["multi_turn_base"], benchmark=True, max_turns=2)
+    env.reset(options={"task_id": "multi_turn_base_0"})  # four user turns
+    assert env.step("Done.")[2:4] == (False, False)
+    _, _, terminated, truncated, info = env.step("Done.")
+    assert (terminated, truncated, info["correct"]) == (False, True, False)
+
+
+def test_an_episode_s_instances_are_dropped_from_bfcl_s_executor_when_it_ends():
+    utils = importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
+    env = gym.make(ENV_ID, categories=["multi_turn_base"], benchmark=True).unwrapped
+    env.reset(options={"task_id": "multi_turn_base_0"})
+    env.step(hermes(ToolCall("pwd", {})))
+    name = env.session.name
+
+    def kept():
+        return [k for k in vars(utils) if k.startswith(f"{name}_")]
+
+    assert len(kept()) == 2  # GorillaFileSystem and TwitterAPI
+    env.reset(options={"task_id": "multi_turn_base_1"})
+    assert kept() == []
+    env.close()
+    assert env.session is None
+
+
 def test_argument_names_that_are_code_never_run(bench, tmp_path):
     marker = tmp_path / "ran"
     sneaky = f"folder=__import__('pathlib').Path({str(marker)!r}).touch(),x"

@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +67,7 @@ class BfclFunction:
     models; a checked call is written as BFCL writes it and run by `run` (the episode's)."""
 
     doc: Mapping[str, Any]
-    run: Any  # Callable[[str], str]: runs one call string in the current episode
+    run: Callable[[str], str]  # runs one call string in the current episode
     timeout_s: float | None = None
 
     @property
@@ -133,6 +133,7 @@ class BFCLMultiTurnEnv(ToolEnv):
         self.benchmark = bool(benchmark)
         self.held_out = None if self.benchmark else data.check_held_out(held_out_classes)
         self.splits = data.make_splits(self.categories, self.held_out)
+        self.train_ids = frozenset(self.splits.train)
         limit = prompts.MAXIMUM_STEP_LIMIT if max_steps_per_turn is None else max_steps_per_turn
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"max_steps_per_turn={limit!r}; valid: None or an int >= 1")
@@ -200,7 +201,7 @@ class BFCLMultiTurnEnv(ToolEnv):
 
     def load_task(self, task_id: str) -> Task:
         entry = self.entry(task_id)
-        split = "train" if task_id in set(self.splits.train) else "test"
+        split = "train" if task_id in self.train_ids else "test"
         first = entry.turns[0]
         return Task(
             task_id=task_id,
@@ -315,7 +316,7 @@ class BFCLMultiTurnEnv(ToolEnv):
             self.turn, self.steps = self.turn + 1, 0
             self.record.append([])
             opening = tuple(self.user_messages(entry, self.turn))
-            return self._pay(self._score_now(entry), opening, False, info)
+            return self._go_on(entry, opening, info)
         self.step_calls = []
         results = self.toolbox.run(parsed.calls)
         self._record(parsed.calls, results)
@@ -326,9 +327,15 @@ class BFCLMultiTurnEnv(ToolEnv):
         observation = tuple(self.format.observation(results))
         if self.steps > self.max_steps_per_turn:
             return self._finish(entry, observation, info, forced=True)
+        return self._go_on(entry, observation, info)
+
+    def _go_on(
+        self, entry: data.BfclEntry, messages: tuple[Message, ...], info: dict[str, Any]
+    ) -> Feedback:
+        """The episode goes on (unless `max_turns` cuts it here: then it is not correct)."""
         if self._out_of_turns():
             info.update(correct=False, final_answer=None, expected_answer=None)
-        return self._pay(self._score_now(entry), observation, False, info)
+        return self._pay(self._score_now(entry), messages, False, info)
 
     def _score_now(self, entry: data.BfclEntry, correct: bool = False) -> dict[str, float]:
         """The episode's parts if it were cut now (or, with `correct`, its final ones)."""
