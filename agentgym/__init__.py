@@ -105,6 +105,12 @@ if "agentgym/ToolTalk-v0" not in gym.registry:
         entry_point="agentgym.envs.tooltalk.env:ToolTalkEnv",  # ends itself: see its docstring
     )
 
+if "agentgym/BFCLMultiTurn-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/BFCLMultiTurn-v0",
+        entry_point="agentgym.envs.bfcl_multi.env:BFCLMultiTurnEnv",
+    )
+
 if "agentgym/Verifiers-v0" not in gym.registry:
     gym.register(
         id="agentgym/Verifiers-v0",

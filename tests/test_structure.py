@@ -229,3 +229,24 @@ def test_the_readme_is_short():
 )
 def test_the_imports_users_write_keep_working(statement):
     exec(statement, {})
+
+
+def test_every_package_folder_goes_into_the_wheel():
+    """pyproject.toml lists the packages (setuptools finds none on its own): a folder left
+    out installs in editable mode and is missing from the wheel."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    roots = {
+        "agentgym": ROOT / "agentgym",
+        "agentgym.envs": ROOT / "envs",
+        "agentgym.sandboxes": ROOT / "sandboxes",
+    }
+    found = {
+        ".".join((name, *init.parent.relative_to(folder).parts))
+        for name, folder in roots.items()
+        for init in folder.rglob("__init__.py")
+    }
+    assert found - listed == set()
