@@ -167,7 +167,7 @@ def _kinds(row: dict[str, Any]) -> dict[str, Callable[[random.Random, list[Call]
 
     def alternative_value(rng, demo):
         options = []
-        for i, (name, args) in enumerate(demo):
+        for i, (_name, args) in enumerate(demo):
             answer = next(iter(row["calls"][i].values())) if i < len(row["calls"]) else {}
             for key in args:
                 listed = [v for v in answer.get(key, []) if v != ""]
@@ -184,7 +184,7 @@ def _kinds(row: dict[str, Any]) -> dict[str, Callable[[random.Random, list[Call]
 
     def listed_null(rng, demo):
         options = []
-        for i, (name, args) in enumerate(demo):
+        for i, (_name, args) in enumerate(demo):
             listed = next(iter(row["calls"][i].values())) if i < len(row["calls"]) else {}
             options += [(i, k) for k, v in listed.items() if None in v or k not in args]
         return _with(demo, *rng.choice(options), None) if options else None
@@ -223,7 +223,7 @@ def _kinds(row: dict[str, Any]) -> dict[str, Callable[[random.Random, list[Call]
 
     def optional_given_empty(rng, demo):
         options = []
-        for i, (name, args) in enumerate(demo):
+        for i, (_name, _args) in enumerate(demo):
             listed = next(iter(row["calls"][i].values())) if i < len(row["calls"]) else {}
             options += [(i, k) for k, v in listed.items() if "" in v]
         return _with(demo, *rng.choice(options), "") if options else None
@@ -231,7 +231,7 @@ def _kinds(row: dict[str, Any]) -> dict[str, Callable[[random.Random, list[Call]
     def optional_left_out(rng, demo):
         out = copy.deepcopy(demo)
         dropped = False
-        for i, (name, args) in enumerate(out):
+        for i, (_name, args) in enumerate(out):
             listed = next(iter(row["calls"][i].values())) if i < len(row["calls"]) else {}
             for key in [k for k in args if "" in listed.get(k, [])]:
                 del args[key]
@@ -362,9 +362,8 @@ def test_bfcl_verdicts_agree_with_bfcls_own_checker(ast_checker):
     for kind, (same, total, valid) in sorted(tally.items()):
         print(f"  {kind:30s} {same:5d}/{total:<5d} equal ({same / total:.1%}); {valid} valid")
     for reason, kind, ident, calls, theirs in differences:
-        print(
-            f"  differs ({reason}: {ALLOWED.get(reason, 'NOT ALLOWED')}): {kind} {ident} {calls} BFCL={theirs}"
-        )
+        why = ALLOWED.get(reason, "NOT ALLOWED")
+        print(f"  differs ({reason}: {why}): {kind} {ident} {calls} BFCL={theirs}")
     assert len(tally) >= 10 and all(total >= 20 for _, total, _ in tally.values()), dict(tally)
     assert agree / judged >= MIN_AGREEMENT
     assert all(10 <= tally[k][2] < tally[k][1] for k in ("string_variant", "int_float")), dict(
