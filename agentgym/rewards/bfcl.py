@@ -67,7 +67,7 @@ PYTHON_TYPES: dict[str, type] = {
 STRICT_KINDS: dict[str, str] = {"number": "float", "object": "dict", "null": "any"}
 """JSON Schema type names as BFCL's (`strict_schema` maps BFCL's the other way); a schema
 without a type, or of a type BFCL lacks, is BFCL's `any`."""
-CHECKER_ERRORS = (TypeError, AttributeError, KeyError, IndexError)
+CHECKER_ERRORS: tuple[type[Exception], ...] = (TypeError, AttributeError, KeyError, IndexError)
 """What BFCL's checker raises on values its code cannot read."""
 
 _STANDARDIZE = re.compile(r"[ \,\.\/\-\_\*\^]")
@@ -125,17 +125,18 @@ def _answer_type(listed: Sequence[Any]) -> type | None:
     return next((type(a) for a in listed if a != OMIT), None)
 
 
-def _type_ok(value: Any, listed: Sequence[Any], expected: type, nested: type | None) -> str:
+def _type_ok(value: Any, listed: Any, expected: type, nested: type | None) -> str:
     """BFCL's `type_checker`: "" when the type is right, "variable" when it is the first
     listed value's type instead, else the error."""
     answer_type = _answer_type(listed)
     variable = answer_type is not None and answer_type is not expected
+    elements: Any = value  # a list where `nested` is given
     if type(value) is expected:
         if nested is None:
             return "variable" if variable else ""
         for item in listed:
             if type(item) is not list or all(
-                _type_ok(v, item, nested, None) in ("", "variable") for v in value
+                _type_ok(v, item, nested, None) in ("", "variable") for v in elements
             ):
                 return "variable" if variable else ""
         return f"Nested type checking failed. Expected inner type {nested.__name__}."
@@ -312,7 +313,7 @@ def _argument_check(
         if key not in arguments:
             right += key in spec.optional
             continue
-        with contextlib.suppress(CHECKER_ERRORS):
+        with contextlib.suppress(*CHECKER_ERRORS):
             right += (
                 param_error(key, arguments[key], listed_values(spec, key), properties.get(key))
                 is None
