@@ -126,6 +126,11 @@ def test_nested_acceptable_values_for_objects_and_lists_of_objects():
     assert verdict(stops, {"city": "x", "stops": [{"at": "a"}, {"at": "b2"}]})
     assert not verdict(stops, {"city": "x", "stops": [{"at": "B"}, {"at": "A"}]})  # in order
     assert not verdict(stops, {"city": "x", "stops": [{"at": "A"}]})
+    # an object written as it is (agentgym's own rows) is read as BFCL's nested form
+    assert verdict(
+        {"city": ["x"], "filters": [{"kind": "park"}]}, {"city": "x", "filters": {"kind": "Park"}}
+    )
+    assert not verdict({"city": ["x"], "filters": [{"kind": "park"}]}, {"city": "x", "filters": {}})
 
 
 def test_null_is_an_acceptable_value_and_bfcls_exceptions_score_zero():
@@ -402,3 +407,12 @@ def test_bfcl_v0_benchmark_plays_every_row_in_published_order():
         gym.make("agentgym/BFCL-v0", categories=["live_multiple"]).unwrapped.load_task(
             "live_multiple_964-207-0"
         )
+
+
+def test_the_function_calls_world_scores_its_demonstrations_under_bfcl():
+    env = gym.make("agentgym/FunctionCalls-v0", difficulty=[3, 4, 5], string_match="bfcl")
+    for index in range(12):  # parallel calls, no call, nested objects and lists
+        task_id = env.unwrapped.task_id("test", index)
+        env.reset(options={"task_id": task_id})
+        (reply,) = env.unwrapped.demonstration(env.unwrapped.task)
+        assert env.step(reply)[4]["reward_parts"]["correctness"] == 1.0, task_id

@@ -32,7 +32,9 @@ calls. Its rules, where they differ from `agentgym.rewards.calls`' own:
   exception; here the call scores 0 and the error names the exception.
 
 Expected calls in the exact form (`{"name", "arguments"}`) are read as the acceptable
-values `[value]`, an object's keys as `{"key": [value]}`. Names are compared exactly:
+values `[value]`, an object's keys as `{"key": [value]}`; so is a listed object (or list
+of objects) one of whose values is not a list (agentgym's own rows write objects as they
+are; BFCL's never do). Names are compared exactly:
 BFCL's `underscore_to_dot` renaming applies only to the vendor APIs that forbid dots.
 """
 
@@ -111,9 +113,22 @@ def as_acceptable(value: Any) -> Any:
     return value
 
 
+def _literal(value: Any) -> bool:
+    """Whether a listed object, or list of objects, is written as its value, not in BFCL's
+    nested form (some key's value not a list of acceptable values)."""
+    if isinstance(value, Mapping):
+        return not all(isinstance(v, list) for v in value.values())
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, Mapping) for v in value)
+        and any(map(_literal, value))
+    )
+
+
 def listed_values(spec: CallSpec, key: str) -> list[Any]:
     """The acceptable values of `spec`'s argument `key` as BFCL lists them (`""`: optional)."""
-    values = [as_acceptable(v) for v in spec.values[key]] if spec.exact else list(spec.values[key])
+    values = [as_acceptable(v) if spec.exact or _literal(v) else v for v in spec.values[key]]
     return [*values, OMIT] if key in spec.optional else values
 
 
