@@ -390,7 +390,8 @@ def test_bfcl_v0_benchmark_plays_every_row_in_published_order():
         "irrelevance_0",
     ]
     with pytest.raises(ValueError, match="benchmark=True has no train split"):
-        bfcl.reset(seed=0)
+        bfcl.reset(seed=0, options={"split": "train"})
+    assert bfcl.reset(seed=0)[1]["split"] == "test"  # no split named: the test split
     _, info = env.reset(options={"task_id": "simple_python_12"})
     assert info["category"] == "simple_python" and info["split"] == "test"
     assert info["tools"][0]["function"]["name"] == "geometry.circumference"

@@ -15,7 +15,8 @@ possible answer contradicts the schema) are left out, each named with BFCL's rea
 `env.skipped` and `env.scoring` (BFCL counts them as failures for every model).
 
 Splits: with `benchmark=True` the test split is every row of the chosen categories in
-published order, and the train split is refused. Otherwise a row is a test row when the
+published order, and the train split is refused by name (a reset naming no split plays
+the test split). Otherwise a row is a test row when the
 hash of its last user message (`agentgym.envs.tasks.table.hash_splits`, `seed`) falls
 below `test_fraction`, so rows that share a question share a split.
 """
@@ -182,6 +183,15 @@ class BfclEnv(FunctionCallsEnv):
             "tool_format": self.templates.requested,
             "tool_format_used": self.format.name,
         }
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """As `FunctionCallsEnv.reset`; with `benchmark`, a reset that names no split (nor a
+        task) plays the test split, and one that names "train" is refused."""
+        if self.benchmark and not (options and ("split" in options or "task_id" in options)):
+            options = {**(options or {}), "split": "test"}
+        return super().reset(seed=seed, options=options)
 
     # -- tasks ------------------------------------------------------------------------
 
