@@ -417,3 +417,20 @@ def test_the_function_calls_world_scores_its_demonstrations_under_bfcl():
         env.reset(options={"task_id": task_id})
         (reply,) = env.unwrapped.demonstration(env.unwrapped.task)
         assert env.step(reply)[4]["reward_parts"]["correctness"] == 1.0, task_id
+
+
+def test_the_converter_writes_bfcls_rows_row_for_row(tmp_path, capsys):
+    pytest.importorskip("bfcl_eval")
+    from agentgym.envs.tasks.bfcl_rows import main
+
+    out = tmp_path / "bfcl.jsonl"
+    assert main([str(out), "--categories", "live_parallel", "live_simple"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 16 + 258 and rows[0]["id"] == "live_parallel_0-0-0"
+    assert set(rows[0]) == {"id", "category", "prompt", "tools", "calls"}
+    printed = capsys.readouterr().out
+    assert "live_simple: 258 rows, 256 scorable" in printed
+    assert "live_simple_106-63-0: expected call 0 (record): Missing required" in printed
+    with pytest.raises(SystemExit):
+        main([str(out), "--categories", "simple_javascript"])
+    assert "js_type_converter" in capsys.readouterr().err
