@@ -376,6 +376,11 @@ def test_bfcl_v0_loads_every_row_bfcl_can_score_with_bfcls_ids():
     assert 0.15 < len(test) / len(train | test) < 0.25
     again = gym.make("agentgym/BFCL-v0").unwrapped
     assert again.split_ids == env.split_ids  # the hash split is deterministic
+    # rows whose nested acceptable values Tasks-v0's own matching compared literally
+    for task_id in ("simple_python_337", "parallel_29", "live_simple_165-98-0"):
+        env.reset(options={"task_id": task_id})
+        (reply,) = env.demonstration(env.task)
+        assert env.step(reply)[4]["reward_parts"]["correctness"] == 1.0, task_id
 
 
 def test_bfcl_v0_benchmark_plays_every_row_in_published_order():
