@@ -381,6 +381,15 @@ def test_bfcl_v0_loads_every_row_bfcl_can_score_with_bfcls_ids():
         env.reset(options={"task_id": task_id})
         (reply,) = env.demonstration(env.task)
         assert env.step(reply)[4]["reward_parts"]["correctness"] == 1.0, task_id
+    # parallel_178 lists Microsoft or Apple for its first call (2022-01-01): BFCL's greedy
+    # pairing lets that call take Apple's, and fails the reply that names Apple's first
+    quotes = [("Apple", "2022-01-01"), ("Microsoft", "2022-01-01")]
+    quotes += [("Microsoft", "2022-02-01"), ("Apple", "2022-02-01")]
+    stock = '{"name": "get_stock_price", "arguments": {"company_name": "%s", "date": "%s"}}'
+    for order, right in (((0, 1, 2, 3), 0.0), ((1, 0, 2, 3), 1.0)):
+        env.reset(options={"task_id": "parallel_178"})
+        reply = "\n".join(f"<tool_call>\n{stock % quotes[i]}\n</tool_call>" for i in order)
+        assert env.step(reply)[4]["reward_parts"]["correctness"] == right
 
 
 def test_bfcl_v0_benchmark_plays_every_row_in_published_order():
