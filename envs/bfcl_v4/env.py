@@ -59,16 +59,16 @@ def row_task(row: Mapping[str, Any]) -> Task | str:
     """The task of a BFCL row (see `bfcl_rows`), or why BFCL's checker cannot score it."""
     prompt, messages = prompt_of(row["prompt"])
     schemas = []
-    for function in row["tools"]:
-        schema = openai_function(function)
-        schema["parameters"] = strict_schema(schema.get("parameters", {"type": "object"}))
+    for function in row["tools"]:  # checked, and copied by strict_schema
+        schema = openai_function({k: v for k, v in function.items() if k != "parameters"})
+        schema["parameters"] = strict_schema(function.get("parameters", {"type": "object"}))
         schemas.append(schema)
     specs = call_specs(row["calls"])
     parameters = {f["name"]: f["parameters"] for f in schemas}
-    problem = unscorable(specs, parameters)
-    if problem is not None:
-        return problem
-    demonstration = [bfcl_demonstration(s, parameters.get(s.name)) for s in specs]
+    try:
+        demonstration = [bfcl_demonstration(s, parameters.get(s.name)) for s in specs]
+    except ValueError:
+        return unscorable(specs, parameters) or "BFCL's checker accepts no call"
     metadata = {
         "category": row["category"],
         "messages": messages,
