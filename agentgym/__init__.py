@@ -85,6 +85,12 @@ if "agentgym/Tasks-v0" not in gym.registry:
         max_episode_steps=6,
     )
 
+if "agentgym/BFCL-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/BFCL-v0",
+        entry_point="agentgym.envs.bfcl_v4.env:BfclEnv",
+    )
+
 if "agentgym/OpenEnv-v0" not in gym.registry:
     gym.register(
         id="agentgym/OpenEnv-v0",

@@ -179,6 +179,21 @@ sabotage "an expected call of a function the row does not offer let through" env
         if False:" \
     tests/test_calls_env.py::test_malformed_rows_are_refused_by_line_before_anything_runs
 
+# -- BFCL's checker (string_match: bfcl) ---------------------------------------------------------
+
+sabotage "bfcl strings standardized keeping hyphens" agentgym/rewards/bfcl.py \
+    '_STANDARDIZE = re.compile(r"[ \,\.\/\-\_\*\^]")' '_STANDARDIZE = re.compile(r"[ \,\.\/\_\*\^]")' \
+    tests/test_bfcl_match.py::test_strings_are_standardized_as_bfcl_does
+
+sabotage "bfcl a listed argument left out as if it had a default" agentgym/rewards/bfcl.py \
+    "        if key not in arguments and OMIT not in listed_values(spec, key):" \
+    "        if False:" \
+    tests/test_bfcl_match.py::test_defaults_both_ways
+
+sabotage "bfcl int no longer accepted for a float" agentgym/rewards/bfcl.py \
+    '    if kind == "float" and type(value) is int:' '    if False:' \
+    tests/test_bfcl_agreement.py::test_bfcl_verdicts_agree_with_bfcls_own_checker
+
 # -- the failure policy ---------------------------------------------------------------------
 
 sabotage "a run of failed steps not stopped" agentgym/run/failures.py \

@@ -66,12 +66,13 @@ import contextlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-StringMatch = Literal["exact", "normalized"]
+StringMatch = Literal["exact", "normalized", "bfcl"]
 CallReward = Literal["seed", "toolrl"]
-STRING_MATCHES: tuple[str, ...] = ("exact", "normalized")
+STRING_MATCHES: tuple[str, ...] = ("exact", "normalized", "bfcl")
+"""`bfcl`: BFCL v4's checker, `agentgym.rewards.bfcl` (`match_calls` compares it as "exact")."""
 CALL_REWARDS: tuple[str, ...] = ("seed", "toolrl")
 
 OMIT = ""
@@ -90,11 +91,12 @@ _DROP = str.maketrans("", "", DROPPED_PUNCTUATION)
 @dataclass(frozen=True)
 class CallSpec:
     """One expected call: the function's name, the right values of each listed argument,
-    and which listed arguments may be left out."""
+    and which listed arguments may be left out (`exact`: read from the exact form)."""
 
     name: str
     values: Mapping[str, tuple[Any, ...]]
     optional: frozenset[str] = frozenset()
+    exact: bool = field(default=False, compare=False)
 
     @property
     def needed(self) -> frozenset[str]:
@@ -159,7 +161,7 @@ def _exact(index: int, item: Mapping[str, Any], valid: str) -> CallSpec:
         raise ValueError(
             f"call {index} ({item['name']!r}) has arguments {_short(arguments)}; {valid}"
         )
-    return CallSpec(item["name"], {k: (v,) for k, v in arguments.items()})
+    return CallSpec(item["name"], {k: (v,) for k, v in arguments.items()}, exact=True)
 
 
 def spec_problems(spec: CallSpec, parameters: Mapping[str, Any]) -> list[str]:

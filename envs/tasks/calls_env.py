@@ -30,6 +30,7 @@ from agentgym.env.core import Feedback, Task
 from agentgym.env.templates import ToolFormatName
 from agentgym.env.tool_env import FORMAT_ERRORS, ToolEnv
 from agentgym.envs.tasks.table import opening_messages
+from agentgym.rewards.bfcl import bfcl_demonstration, bfcl_parts
 from agentgym.rewards.calls import (
     CALL_REWARDS,
     STRING_MATCHES,
@@ -85,7 +86,8 @@ class FunctionCallsEnv(ToolEnv):
     "category", as `agentgym.envs.tasks.table` makes them.
 
     Args:
-        string_match: "exact" or "normalized" string comparison of argument values.
+        string_match: "exact" or "normalized" string comparison of argument values, or
+            "bfcl": BFCL v4's checker decides "correctness" (`agentgym.rewards.bfcl`).
         call_reward: "seed" or "toolrl", the tool part's rule.
         tools: Callables to run the calls with, by function name; empty: judge-only.
         instructions: The system prompt's task instructions; None for the default.
@@ -238,21 +240,25 @@ class FunctionCallsEnv(ToolEnv):
         """The episode's score parts if it ended now."""
         assert self.task is not None
         parameters = self.offered(self.task.task_id)[2]
-        match = match_calls(
-            self.task.metadata["call_specs"],
-            [(c.name, c.arguments) for c in self.calls],
-            parameters,
-            self.string_match,
-        )
-        return {
-            **call_parts(match, self.call_reward),
-            "format": 0.3 if finished and self._well_formed else -0.2,
-        }
+        specs = self.task.metadata["call_specs"]
+        calls = [(c.name, c.arguments) for c in self.calls]
+        if self.string_match == "bfcl":
+            parts = bfcl_parts(specs, calls, parameters, self.call_reward)
+        else:
+            match = match_calls(specs, calls, parameters, self.string_match)
+            parts = call_parts(match, self.call_reward)
+        return {**parts, "format": 0.3 if finished and self._well_formed else -0.2}
 
     def demonstration(self, task: Task) -> list[str]:
         """The expected calls in one turn, written this env's way; for `[]`, a sentence."""
+        parameters = self.offered(task.task_id)[2]
         calls = [
-            ToolCall(spec.name, spec.demonstration()["arguments"])
+            ToolCall(
+                spec.name,
+                bfcl_demonstration(spec, parameters.get(spec.name))["arguments"]
+                if self.string_match == "bfcl"
+                else spec.demonstration()["arguments"],
+            )
             for spec in task.metadata["call_specs"]
         ]
         if not calls:

@@ -387,8 +387,9 @@ def make_tasks_env(
         render_mode: None or "ansi".
         tool_format, tool_parser, max_turns, max_result_chars, max_calls_per_turn: as
             for `ToolEnv`; only with tools.
-        string_match: "exact" (the default) or "normalized"; only with the rows' own
-            schemas (see `agentgym.rewards.calls`).
+        string_match: "exact" (the default), "normalized" or "bfcl" (BFCL v4's checker,
+            `agentgym.rewards.bfcl`; rows it cannot score are skipped and logged); only
+            with the rows' own schemas (see `agentgym.rewards.calls`).
         call_reward: "seed" (the default) or "toolrl"; likewise.
 
     Raises:
@@ -432,7 +433,15 @@ def make_tasks_env(
         seed=seed,
         check=judged.check_expected,
         known_tools=None if servers or own else frozenset(t.name for t in given),
+        bfcl=string_match == "bfcl",
     )
+    if table.skipped:
+        logger.warning(
+            "%s: %d row(s) skipped, which BFCL's checker cannot score: %s",
+            table.name,
+            len(table.skipped),
+            "; ".join(f"{where}: {why}" for where, why in table.skipped.items()),
+        )
     common: dict[str, Any] = {"reward_weights": reward_weights, "system_prompt": system_prompt}
     if own:
         chosen = {k: v for k, v in judge_options.items() if v is not None}

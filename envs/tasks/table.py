@@ -20,6 +20,12 @@ problems are reported together in one `DataError`, each with where its row is
   [values]}}]` (see `agentgym.rewards.calls`), each checked against its schema;
 - optionally a category, any label, for per-category figures.
 
+With `bfcl=True` (`string_match: bfcl`) the expected calls are BFCL's possible answers,
+read as BFCL's checker reads them (`agentgym.rewards.bfcl`), not checked against the
+schemas; a row whose expected calls BFCL's checker accepts no call for is skipped, by
+where it is (and its "id" cell) with BFCL's reason (`TaskTable.skipped`), and an empty
+tools cell offers no function.
+
 List cells may be JSON text (as a CSV cell must be). In Parquet files and
 `datasets` folders, store call arguments as JSON text: Arrow gives every row's
 arguments the union of all rows' keys, the missing ones as null, which would
@@ -51,6 +57,7 @@ from typing import Any
 from agentgym.env.core import SPLITS, Split, Task
 from agentgym.env.tool_env import ExpectedCall
 from agentgym.envs.tasks.data import DataError, Rows, data_error
+from agentgym.rewards.bfcl import bfcl_demonstration, unscorable
 from agentgym.rewards.calls import CallSpec, call_specs, spec_problems
 from agentgym.tools.function_tools import openai_function
 from agentgym.tools.schema import JsonArguments, strict_schema
@@ -85,6 +92,7 @@ class Row:
     schemas: tuple[dict[str, Any], ...] | None = None
     call_specs: tuple[CallSpec, ...] | None = None
     category: str | None = None
+    skip: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,7 @@ class TaskTable:
     `tool_uses` maps each tool name the rows mention to where it is first
     mentioned, to check the names against tools known only later (MCP servers').
     `own_schemas`: the rows offer their own function schemas (function-calling data).
+    `skipped`: why each row left out is (BFCL cannot score it), by where it is.
     """
 
     name: str
@@ -101,6 +110,7 @@ class TaskTable:
     ids: Mapping[str, tuple[str, ...]]
     tool_uses: Mapping[str, str] = field(default_factory=dict)
     own_schemas: bool = False
+    skipped: Mapping[str, str] = field(default_factory=dict)
 
     def num_tasks(self, split: Split) -> int:
         """How many rows the split holds."""
@@ -280,9 +290,14 @@ def schemas_of(value: Any) -> tuple[dict[str, Any], ...]:
     return tuple(functions)
 
 
-def specs_of(value: Any, schemas: Sequence[Mapping[str, Any]]) -> tuple[CallSpec, ...]:
-    """The expected calls of a row with its own schemas, each checked against its function."""
+def specs_of(
+    value: Any, schemas: Sequence[Mapping[str, Any]], bfcl: bool = False
+) -> tuple[CallSpec, ...]:
+    """The expected calls of a row with its own schemas, each checked against its function
+    (with `bfcl`, as BFCL's checker reads them: not checked)."""
     specs = call_specs(_listed(value, "a list of calls ([] for: call nothing)"))
+    if bfcl:
+        return specs
     offered = {f["name"]: f["parameters"] for f in schemas}
     problems: list[str] = []
     for spec in specs:
@@ -325,6 +340,7 @@ def parse_row(
     columns: Columns,
     check: AnswerCheck | None,
     known_tools: frozenset[str] | None,
+    bfcl: bool = False,
 ) -> tuple[Row | None, list[str]]:
     """A row's checked values, or None and its problems ("column 'answer': ...")."""
     problems: list[str] = []
@@ -347,6 +363,7 @@ def parse_row(
         category = cell(columns.category, category_of)
     tools = schemas = specs = None
     own = columns.tools is not None and is_schema_cell(row.get(columns.tools))
+    own = own or (bfcl and columns.tools is not None and row.get(columns.tools) in ([], "[]"))
     if own and columns.tools is not None:
         schemas = cell(columns.tools, schemas_of)
     elif columns.tools and _given(row.get(columns.tools)):
@@ -355,12 +372,18 @@ def parse_row(
     calls: tuple[ExpectedCall, ...] = ()
     if own:
         if columns.expected_calls and schemas is not None:
-            specs = cell(columns.expected_calls, specs_of, schemas)
+            specs = cell(columns.expected_calls, specs_of, schemas, bfcl)
     elif columns.expected_calls and _given(row.get(columns.expected_calls)):
         calls = cell(columns.expected_calls, expected_calls_of, offered) or ()
     if problems:
         return None, problems
-    return Row(prompt[0], prompt[1], answers, split, tools, calls, schemas, specs, category), []
+    skip = None
+    if bfcl and specs is not None and schemas is not None:
+        skip = unscorable(specs, {f["name"]: f["parameters"] for f in schemas})
+        if skip and isinstance(row.get("id"), str):
+            skip = f"{row['id']}: {skip}"
+    found = Row(prompt[0], prompt[1], answers, split, tools, calls, schemas, specs, category, skip)
+    return found, []
 
 
 def hash_fraction(text: str, seed: int) -> float:
@@ -425,6 +448,7 @@ def build_table(
     seed: int,
     check: AnswerCheck | None = None,
     known_tools: frozenset[str] | None = None,
+    bfcl: bool = False,
 ) -> TaskTable:
     """The tasks of `rows`, checked and split.
 
@@ -436,6 +460,8 @@ def build_table(
         check: What is wrong with an expected answer, for the judge (regex).
         known_tools: The env's tool names, when known now; the rows' tools and
             expected calls must name them.
+        bfcl: Expected calls read as BFCL's checker reads them; rows it cannot score
+            skipped (see the module).
 
     Raises:
         DataError: Every problem of every row, with where the row is and its column.
@@ -443,7 +469,7 @@ def build_table(
     _check_columns(rows, columns)
     parsed, problems = [], list(rows.unreadable)
     for where, position, row in zip(rows.where, rows.positions, rows.rows, strict=True):
-        checked, found = parse_row(row, columns, check, known_tools)
+        checked, found = parse_row(row, columns, check, known_tools, bfcl)
         problems += [(position, f"{where}, {p}") for p in found]
         if checked is not None:
             parsed.append(checked)
@@ -463,7 +489,7 @@ def build_table(
             splits = hash_splits([r.prompt for r in parsed], test_fraction, seed)
         except ValueError as err:
             raise DataError(f"{rows.name}: {err}") from None
-    return _table(rows, parsed, splits)
+    return _table(rows, parsed, splits, bfcl)
 
 
 def _check_tool_shapes(rows: Rows, parsed: Sequence[Row]) -> list[tuple[int, str]]:
@@ -493,11 +519,15 @@ cached_table = functools.lru_cache(maxsize=16)(build_table)
 `read_rows` reads once (the envs of a run then check and split them once)."""
 
 
-def _table(rows: Rows, parsed: Sequence[Row], splits: Sequence[str]) -> TaskTable:
+def _table(rows: Rows, parsed: Sequence[Row], splits: Sequence[str], bfcl: bool) -> TaskTable:
     tasks: dict[str, Task] = {}
     ids: dict[str, list[str]] = {s: [] for s in SPLITS}
     tool_uses: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for where, number, row, split in zip(rows.where, rows.numbers, parsed, splits, strict=True):
+        if row.skip is not None:
+            skipped[where] = row.skip
+            continue
         task_id = f"{split}/{number}"
         metadata = {
             "split": split,
@@ -511,16 +541,19 @@ def _table(rows: Rows, parsed: Sequence[Row], splits: Sequence[str]) -> TaskTabl
             "call_specs": row.call_specs,
             "category": row.category,
         }
-        answer = row.answers[0] if row.answers else json.dumps(_demonstrated(row))
+        answer = row.answers[0] if row.answers else json.dumps(_demonstrated(row, bfcl))
         tasks[task_id] = Task(task_id, row.prompt, answer=answer, metadata=metadata)
         ids[split].append(task_id)
         for name in [*(row.tools or ()), *(c.name for c in row.expected_calls)]:
             tool_uses.setdefault(name, where)
     frozen_ids = {s: tuple(v) for s, v in ids.items()}
     own = bool(parsed) and parsed[0].schemas is not None
-    return TaskTable(rows.name, tasks, frozen_ids, tool_uses, own_schemas=own)
+    return TaskTable(rows.name, tasks, frozen_ids, tool_uses, own_schemas=own, skipped=skipped)
 
 
-def _demonstrated(row: Row) -> list[dict[str, Any]]:
+def _demonstrated(row: Row, bfcl: bool) -> list[dict[str, Any]]:
     """The calls a perfect answer to a function-calling row makes (its task's `answer`)."""
+    if bfcl:
+        offered = {f["name"]: f["parameters"] for f in row.schemas or ()}
+        return [bfcl_demonstration(s, offered.get(s.name)) for s in row.call_specs or ()]
     return [spec.demonstration() for spec in row.call_specs or ()]

@@ -1,0 +1,1 @@
+"""`agentgym/BFCL-v0`: BFCL v4's single-turn categories, scored as BFCL scores them."""
