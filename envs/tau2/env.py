@@ -23,7 +23,8 @@ is refused: its tasks are judged on the user's phone, which only an LLM user ope
 Splits: `benchmark=True` makes "test" τ²'s whole published task list ("base") of the chosen
 domains in published order, and refuses "train"; `benchmark=False` uses τ²'s own train/test
 split (`split_tasks.json`: airline 30/20, retail 74/40) where a domain ships one, else
-(mock) puts every third task of the published list, from the third, in "test". Task ids read
+(mock) puts every third distinct user scenario, in published order from the third, with its
+tasks in "test" (mock: 7 train, 2 test). Task ids read
 `"<domain>/<τ² task id>"`. `scoring` records all of it.
 """
 
@@ -92,10 +93,11 @@ def split_ids(domain: Domain, benchmark: bool) -> dict[str, list[str]]:
         return {"train": [], "test": ordered}
     if "train" in domain.splits and "test" in domain.splits:
         return {s: [i for i in ordered if i in domain.splits[s]] for s in ("train", "test")}
-    return {
-        "train": [i for n, i in enumerate(ordered) if n % 3 != 2],
-        "test": [i for n, i in enumerate(ordered) if n % 3 == 2],
-    }
+    # tasks that share a scenario (mock's variants of one request) stay on one side
+    scenarios = list(dict.fromkeys(str(t.user_scenario) for t in domain.tasks))
+    test = {text for n, text in enumerate(scenarios) if n % 3 == 2}
+    split = {t.id: "test" if str(t.user_scenario) in test else "train" for t in domain.tasks}
+    return {s: [i for i in ordered if split[i] == s] for s in ("train", "test")}
 
 
 class Tau2Env(ToolEnv):
@@ -286,7 +288,7 @@ class Tau2Env(ToolEnv):
             "domains": counts,
             "split": "base (τ²'s published task list, in order) as test; no train"
             if self.benchmark
-            else "τ²'s train/test (split_tasks.json); without one, every third task to test",
+            else "τ²'s train/test (split_tasks.json); without one, every third scenario to test",
             "evaluation": "τ²'s evaluate_simulation with EvaluationType.ALL: the product over "
             "the task's reward_basis of the DB/ENV_ASSERTION, ACTION and COMMUNICATE evaluators",
             "correctness": "1.0 when τ²'s reward is 1.0",
