@@ -13,6 +13,7 @@ trajectory (as the evaluator does) gives the same results.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,12 +49,6 @@ class Episode:
         m = messages()
         state = task.initial_state
         history = list(state.message_history or []) if state is not None else []
-        self.environment = domain.environment()
-        self.environment.set_state(
-            initialization_data=state.initialization_data if state is not None else None,
-            initialization_actions=state.initialization_actions if state is not None else None,
-            message_history=history,
-        )
         self.trajectory: list[Any] = [msg.model_copy(deep=True) for msg in history] or [
             m.AssistantMessage(role="assistant", content=GREETING, cost=0.0)
         ]
@@ -62,10 +57,22 @@ class Episode:
         self.transferred = False
         self.termination: str | None = None
 
+    @functools.cached_property
+    def environment(self) -> Any:
+        """The domain's environment in the task's initial state, built at the first call (an
+        episode of talk alone never needs it: the evaluator builds its own)."""
+        state = self.task.initial_state
+        environment = self.domain.environment()
+        environment.set_state(
+            initialization_data=state.initialization_data if state is not None else None,
+            initialization_actions=state.initialization_actions if state is not None else None,
+            message_history=(state.message_history or []) if state is not None else [],
+        )
+        return environment
+
     def run_calls(self, attempts: Sequence[CallAttempt]) -> list[ToolResult]:
         """Runs a turn's calls in the environment; one result per attempt, in order."""
         m = messages()
-        tool_names = {schema["function"]["name"] for schema in self.domain.tools}
         calls, results = [], []
         for attempt in attempts:
             if attempt.call is None:
@@ -82,14 +89,7 @@ class Episode:
             )
             response = self.environment.get_response(call)
             calls.append((call, response))
-            kind = None
-            if response.error:
-                self.errors += 1
-                known = call.name in tool_names
-                kind = ToolErrorKind.TOOL_RAISED if known else ToolErrorKind.UNKNOWN_TOOL
-            elif call.name == TRANSFER_TOOL:
-                self.transferred = True
-            results.append(ToolResult(call.name, response.content or "", kind))
+            results.append(self._result(call, response))
         if calls:
             tool_calls = [call for call, _ in calls]
             self.trajectory.append(m.AssistantMessage(role="assistant", tool_calls=tool_calls))
@@ -97,6 +97,17 @@ class Episode:
         if self.errors >= MAX_ERRORS:
             self.termination = "too_many_errors"
         return results
+
+    def _result(self, call: Any, response: Any) -> ToolResult:
+        """What the agent is told of a call that ran (τ²'s `ToolMessage`); counts errors and
+        notes a transfer."""
+        if not response.error:
+            self.transferred = self.transferred or call.name == TRANSFER_TOOL
+            return ToolResult(call.name, response.content or "", None)
+        self.errors += 1
+        known = any(t["function"]["name"] == call.name for t in self.domain.tools)
+        kind = ToolErrorKind.TOOL_RAISED if known else ToolErrorKind.UNKNOWN_TOOL
+        return ToolResult(call.name, response.content or "", kind)
 
     def agent_says(self, text: str) -> str | None:
         """Records the agent's message to the user; the user's answer, or None when the
