@@ -105,8 +105,9 @@ class Tau2Env(ToolEnv):
 
     Args:
         categories: τ² domains: "airline", "retail", "mock"; None: airline and retail.
-        benchmark: True: "test" is every task of the domains in published order, and
-            there is no "train"; False: τ²'s train/test splits (see the module).
+        benchmark: True: "test" is every task of the domains in published order, the split
+            a reset draws from unless told otherwise, and "train" is refused; False: τ²'s
+            train/test splits (see the module).
         user_replies: Fixed replies the scripted user gives before saying goodbye.
         tool_format, tool_parser: How calls are written and read (`ToolEnv`).
         render_mode: None or "ansi".
@@ -244,6 +245,8 @@ class Tau2Env(ToolEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        if self.benchmark and "split" not in (options or {}):
+            options = {**(options or {}), "split": "test"}  # the only split there is
         obs, info = super().reset(seed=seed, options=options)
         assert self.task is not None  # reset loaded it
         domain, tau2_task = self.tau2_task(self.task)

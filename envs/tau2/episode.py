@@ -141,24 +141,22 @@ def evaluate(domain: Domain, task: Any, trajectory: list[Any], termination: str)
     product, over the task's reward basis, of the environment evaluator's reward (DB and
     ENV_ASSERTION), the action evaluator's (ACTION) and the communicate evaluator's
     (COMMUNICATE). That function itself cannot be imported here (`package`); the test
-    suite checks this one against it."""
+    suite checks this one against it.
+
+    An evaluator that raises scores 0, the error in `info["evaluation_error"]`, as τ²'s runner
+    scores a sample whose run raised (`skip_failed_samples`): an env assertion on a record
+    the agent never created raises (mock's `assert_task_status`)."""
     info: dict[str, Any] = {"termination_reason": termination}
     criteria = task.evaluation_criteria
     if termination not in SCORED_ENDS or criteria is None:
         reward = 0.0 if termination not in SCORED_ENDS else 1.0
         parts = {**ZERO_PARTS, "correctness": reward, "tau2_reward": reward}
         return Verdict(reward, parts, {**info, "reward_basis": None})
-    env_eval = tau2_module("evaluator.evaluator_env").EnvironmentEvaluator
-    action_eval = tau2_module("evaluator.evaluator_action").ActionEvaluator
-    communicate_eval = tau2_module("evaluator.evaluator_communicate").CommunicateEvaluator
-    env_info = env_eval.calculate_reward(
-        environment_constructor=domain.environment,
-        task=task,
-        full_trajectory=trajectory,
-        solo_mode=False,
-    )
-    action_info = action_eval.calculate_reward(task=task, full_trajectory=trajectory)
-    communicate_info = communicate_eval.calculate_reward(task=task, full_trajectory=trajectory)
+    try:
+        env_info, action_info, communicate_info = _evaluators(domain, task, trajectory)
+    except Exception as err:  # what τ²'s run does with skip_failed_samples: the run scores 0
+        failed = {**info, "reward_basis": None, "evaluation_error": f"{type(err).__name__}: {err}"}
+        return Verdict(0.0, dict(ZERO_PARTS), failed)
     basis = {b.value for b in criteria.reward_basis}
     reward = 1.0
     if basis & {"DB", "ENV_ASSERTION"}:
@@ -178,3 +176,21 @@ def evaluate(domain: Domain, task: Any, trajectory: list[Any], termination: str)
     }
     info["reward_basis"] = sorted(basis)
     return Verdict(float(reward), parts, info)
+
+
+def _evaluators(domain: Domain, task: Any, trajectory: list[Any]) -> tuple[Any, Any, Any]:
+    """The `RewardInfo`s of τ²'s environment, action and communicate evaluators."""
+    env_eval = tau2_module("evaluator.evaluator_env").EnvironmentEvaluator
+    action_eval = tau2_module("evaluator.evaluator_action").ActionEvaluator
+    communicate_eval = tau2_module("evaluator.evaluator_communicate").CommunicateEvaluator
+    env_info = env_eval.calculate_reward(
+        environment_constructor=domain.environment,
+        task=task,
+        full_trajectory=trajectory,
+        solo_mode=False,
+    )
+    return (
+        env_info,
+        action_eval.calculate_reward(task=task, full_trajectory=trajectory),
+        communicate_eval.calculate_reward(task=task, full_trajectory=trajectory),
+    )
