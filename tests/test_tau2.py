@@ -201,6 +201,15 @@ def test_system_prompt_is_tau2_agents(envs, tau2_published):
         assert info["tools"] == [t.openai_schema for t in tools]
 
 
+def test_a_text_format_describes_the_tools_after_tau2s_prompt(envs):
+    env = envs["mock"]  # hermes: no tokenizer bound
+    obs, info = env.reset(options={"task_id": "mock/create_task_1"})
+    prompt = load_domain("mock").system_prompt
+    assert obs[0]["content"].startswith(prompt + "\n\n") and "<tools>" in obs[0]["content"]
+    assert {t["function"]["name"] for t in info["tools"]} >= {"create_task", "get_users"}
+    assert env.agent_opening(obs) == [{"role": "system", "content": prompt}, *obs[1:]]
+
+
 def test_splits_and_task_ids():
     default = gym.make("agentgym/Tau2-v0").unwrapped
     assert default.scoring["domains"] == {

@@ -38,7 +38,7 @@ from typing import Any
 from agentgym.env.core import Feedback, Split, Task
 from agentgym.env.templates import ToolFormatName
 from agentgym.env.tool_env import ToolEnv
-from agentgym.envs.tau2.episode import PARTS, ZERO_PARTS, Episode, evaluate
+from agentgym.envs.tau2.episode import MAX_ERRORS, PARTS, ZERO_PARTS, Episode, evaluate
 from agentgym.envs.tau2.package import (
     DOMAINS,
     OFFLINE,
@@ -204,6 +204,13 @@ class Tau2Env(ToolEnv):
             [domain.system_prompt, self.format.instructions(tools), TEXT_FORMAT_NOTE]
         )
 
+    def agent_opening(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The opening without a text format's description of the tools (the endpoint writes
+        it from the request's `tools=`): τ²'s system prompt, then the conversation."""
+        if self.format.name == "native" or not messages or messages[0]["role"] != "system":
+            return messages
+        return [{"role": "system", "content": self._domain().system_prompt}, *messages[1:]]
+
     def initial_messages(self, task: Task) -> list[Message]:
         domain, tau2_task = self.tau2_task(task)
         state = tau2_task.initial_state
@@ -302,5 +309,10 @@ class Tau2Env(ToolEnv):
             },
             "agent_system_prompt": "tau2.agent.llm_agent.SYSTEM_PROMPT with the domain policy",
             "user_simulator": self.user.config(),
-            "ends": {"scored": ["agent_stop", "user_stop"], "max_errors": 10, "else": 0.0},
+            "ends": {
+                "scored": ["agent_stop", "user_stop"],
+                "max_errors": MAX_ERRORS,
+                "otherwise": "0.0 (errors, the registered max_episode_steps)",
+                "evaluator_raised": "0.0, as τ²'s runner with skip_failed_samples",
+            },
         }
