@@ -365,3 +365,15 @@ def test_any_assistant_text_plays_without_crashing(envs, turns, index):
         if terminated:
             assert total in (0.0, 1.0) and info["tau2"]["termination_reason"]
             break
+
+
+def test_a_missing_requirement_names_the_extra(monkeypatch):
+    from agentgym.envs.tau2 import package
+
+    monkeypatch.setattr(package, "available", lambda module: module != "deepdiff")
+    package.check_install.cache_clear()
+    try:
+        with pytest.raises(package.MissingExtraError, match=r"deepdiff.*agentgym\[tau2\]"):
+            package.tau2_module("data_model.message")
+    finally:
+        package.check_install.cache_clear()

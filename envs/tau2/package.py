@@ -51,6 +51,13 @@ REQUIRES: tuple[str, ...] = (
 
 def tau2_module(name: str) -> Any:
     """`tau2.<name>`, or MissingExtraError naming the `tau2` extra when a piece is missing."""
+    check_install()
+    return importlib.import_module(f"tau2.{name}")
+
+
+@functools.cache
+def check_install() -> None:
+    """Raises MissingExtraError unless tau2 and what its modules import are installed."""
     need("tau2", WHAT)
     missing = [m for m in REQUIRES if not available(m)]
     if missing:
@@ -62,7 +69,6 @@ def tau2_module(name: str) -> Any:
     # tool without a description, one per failing gold action while scoring. None concerns
     # the agent; they are switched off for the `tau2` package only.
     importlib.import_module("loguru").logger.disable("tau2")
-    return importlib.import_module(f"tau2.{name}")
 
 
 def _string(node: ast.expr) -> str | None:
