@@ -38,7 +38,7 @@ from typing import Any
 from agentgym.env.core import Feedback, Split, Task
 from agentgym.env.templates import ToolFormatName
 from agentgym.env.tool_env import ToolEnv
-from agentgym.envs.tau2.episode import MAX_ERRORS, PARTS, ZERO_PARTS, Episode, evaluate
+from agentgym.envs.tau2.episode import PARTS, ZERO_PARTS, Episode, evaluate, max_errors
 from agentgym.envs.tau2.package import (
     DOMAINS,
     OFFLINE,
@@ -311,7 +311,7 @@ class Tau2Env(ToolEnv):
             "user_simulator": self.user.config(),
             "ends": {
                 "scored": ["agent_stop", "user_stop"],
-                "max_errors": MAX_ERRORS,
+                "max_errors": max_errors(),
                 "otherwise": "0.0 (errors, the registered max_episode_steps)",
                 "evaluator_raised": "0.0, as τ²'s runner with skip_failed_samples",
             },

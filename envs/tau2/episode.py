@@ -23,7 +23,6 @@ from agentgym.envs.tau2.user import STOP, TRANSFER_TOOL, ScriptedUser
 from agentgym.tools import CallAttempt, ToolErrorKind, ToolResult
 
 GREETING = "Hi! How can I help you today?"  # tau2.orchestrator's DEFAULT_FIRST_AGENT_MESSAGE
-MAX_ERRORS = 10  # tau2.config.DEFAULT_MAX_ERRORS: the orchestrator stops at this many
 PARTS: tuple[str, ...] = (
     "correctness",
     "tau2_reward",
@@ -37,7 +36,13 @@ SCORED_ENDS = ("agent_stop", "user_stop")  # what evaluate_simulation scores; ot
 
 
 def messages() -> Any:
+    """`tau2.data_model.message`: τ²'s message types."""
     return tau2_module("data_model.message")
+
+
+def max_errors() -> int:
+    """Call errors after which τ²'s orchestrator stops an episode (`DEFAULT_MAX_ERRORS`)."""
+    return int(tau2_module("config").DEFAULT_MAX_ERRORS)
 
 
 class Episode:
@@ -94,7 +99,7 @@ class Episode:
             tool_calls = [call for call, _ in calls]
             self.trajectory.append(m.AssistantMessage(role="assistant", tool_calls=tool_calls))
             self.trajectory.extend(response for _, response in calls)
-        if self.errors >= MAX_ERRORS:
+        if self.errors >= max_errors():
             self.termination = "too_many_errors"
         return results
 
