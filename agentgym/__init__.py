@@ -117,6 +117,13 @@ if "agentgym/BFCLMultiTurn-v0" not in gym.registry:
         entry_point="agentgym.envs.bfcl_multi.env:BFCLMultiTurnEnv",
     )
 
+if "agentgym/Tau2-v0" not in gym.registry:
+    gym.register(
+        id="agentgym/Tau2-v0",
+        entry_point="agentgym.envs.tau2.env:Tau2Env",
+        max_episode_steps=40,  # τ²'s orchestrator allows 200 messages; a cut episode scores 0
+    )
+
 if "agentgym/Verifiers-v0" not in gym.registry:
     gym.register(
         id="agentgym/Verifiers-v0",
