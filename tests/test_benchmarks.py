@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
+import cli_envs  # noqa: F401  (registers cli_envs/BenchDigits-v0)
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import cli_envs  # noqa: F401  (registers cli_envs/BenchDigits-v0)
 from agentgym.cli import main
 from agentgym.eval import benchmarks
 from agentgym.eval.benchmarks import (
