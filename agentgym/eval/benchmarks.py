@@ -28,6 +28,7 @@ from agentgym.env.core import AgentEnv, make_env
 from agentgym.eval.heldout import HeldOut, TaskResult
 from agentgym.extras import EXTRAS, require
 from agentgym.records import bench_metric
+from agentgym.rewards.bfcl import CATEGORIES as BFCL_CATEGORIES
 
 SUBSET_SEED = 0
 """The seed of every `@n` subset (not the run's: a benchmark's tasks do not move with it)."""
@@ -62,19 +63,13 @@ class Benchmark:
         return importlib.metadata.version(self.package)
 
 
-BFCL_SINGLE = (
-    "simple_python",
-    "multiple",
-    "parallel",
-    "parallel_multiple",
-    "irrelevance",
-    "live_simple",
-    "live_multiple",
-    "live_parallel",
-    "live_parallel_multiple",
-    "live_irrelevance",
+BFCL_SINGLE = BFCL_CATEGORIES  # those BFCL scores with its AST checker, or as irrelevance
+BFCL_MULTI = (
+    "multi_turn_base",
+    "multi_turn_miss_func",
+    "multi_turn_miss_param",
+    "multi_turn_long_context",
 )
-BFCL_MULTI = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param")
 
 BENCHMARKS: dict[str, Benchmark] = {
     "bfcl": Benchmark(

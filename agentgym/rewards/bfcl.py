@@ -55,6 +55,20 @@ from agentgym.rewards.calls import (
     call_parts,
 )
 
+CATEGORIES: tuple[str, ...] = (
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "irrelevance",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+    "live_irrelevance",
+)
+"""BFCL v4's single-turn categories its Python AST checker (or irrelevance) scores, in order."""
+
 PYTHON_TYPES: dict[str, type] = {
     "string": str,
     "integer": int,

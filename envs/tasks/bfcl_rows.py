@@ -29,24 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.extras import need
-from agentgym.rewards.bfcl import unscorable
+from agentgym.rewards.bfcl import CATEGORIES, unscorable
 from agentgym.rewards.calls import call_specs
 from agentgym.tools.schema import strict_schema
 
-CATEGORIES: tuple[str, ...] = (
-    "simple_python",
-    "multiple",
-    "parallel",
-    "parallel_multiple",
-    "irrelevance",
-    "live_simple",
-    "live_multiple",
-    "live_parallel",
-    "live_parallel_multiple",
-    "live_irrelevance",
-)
-"""BFCL v4's single-turn categories that BFCL scores with its Python AST checker or as
-irrelevance (no call is right), in BFCL's order (`constants/category_mapping.py`)."""
 IRRELEVANCE: frozenset[str] = frozenset({"irrelevance", "live_irrelevance"})
 LEFT_OUT: dict[str, str] = {
     "simple_java": "BFCL converts each argument, given as Java source text, to a value "
