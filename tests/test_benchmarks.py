@@ -117,6 +117,16 @@ def test_a_plan_plays_n_of_each_category_with_the_benchmarks_own_kwargs(digits):
     assert [part.categories[t] for t in part.task_ids] == ["short"] * 3 + ["long"] * 3
     assert part.task_ids[:3] == subset([f"short_{i}" for i in range(5)], 3, "digits/short")
     assert part.scoring == {"checker": "digits only", "benchmark": True}
+    assert 0 < part.opening_chars < 200 and part.batch == 32  # short openings: 32 at once
+
+
+@pytest.mark.parametrize(
+    ("chars", "batch"), [(0, 32), (3_000, 32), (25_000, 4), (58_000, 2), (500_000, 1)]
+)
+def test_long_openings_are_played_fewer_at_once(chars, batch):
+    """120k characters of openings at once: BFCL multi-turn's (~58k) two, not twenty (17 GB)."""
+    part = benchmarks.BenchmarkPart(parse_benchmark("tooltalk"), "x", {}, ["t"], {}, {}, chars)
+    assert part.batch == batch
 
 
 def test_eval_benchmark_reports_each_category_and_what_scored_it(digits, tmp_path):

@@ -17,6 +17,7 @@ tasks in every run and every release of agentgym with the same data.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,9 @@ from agentgym.eval.heldout import HeldOut, TaskResult
 from agentgym.extras import EXTRAS, require
 from agentgym.records import bench_metric
 from agentgym.rewards.bfcl import CATEGORIES as BFCL_CATEGORIES
+
+BATCH_CHARS = 120_000
+"""Characters of openings played at once (about 30k tokens): see `BenchmarkPart.batch`."""
 
 SUBSET_SEED = 0
 """The seed of every `@n` subset (not the run's: a benchmark's tasks do not move with it)."""
@@ -161,6 +165,16 @@ class BenchmarkPart:
     """Each task id -> its category, by the benchmark's name."""
     scoring: dict[str, Any]
     """The environment's `scoring`: the exact scoring configuration."""
+    opening_chars: int = 0
+    """The longest opening (messages and tool schemas, as JSON) of its categories' first
+    tasks: how many episodes are played at once follows from it (`batch`)."""
+
+    @property
+    def batch(self) -> int:
+        """Episodes played at once: 32, fewer where openings are long, so a prefill of
+        long prompts stays within memory (BFCL multi-turn's and τ² airline's openings are
+        ~10k tokens; 20 at once took 17 GB on the CPU)."""
+        return max(1, min(32, BATCH_CHARS // max(1, self.opening_chars)))
 
 
 def plan(choice: BenchmarkChoice) -> list[BenchmarkPart]:
@@ -175,19 +189,27 @@ def plan(choice: BenchmarkChoice) -> list[BenchmarkPart]:
         ids: list[str] = []
         where: dict[str, str] = {}
         scoring: dict[str, Any] = {}
+        longest = 0
         for cat in cats:
             env = make_env(env_id, **{**kwargs, "categories": [cat]})
             try:
                 agent = cast(AgentEnv, env.unwrapped)
                 every = [agent.task_id("test", i) for i in range(agent.num_tasks("test"))]
                 scoring = dict(getattr(agent, "scoring", {}))
+                chosen = subset(every, choice.n, f"{bench.name}/{cat}")
+                longest = max(longest, _opening_chars(env, chosen[0]))
             finally:
                 env.close()
-            chosen = subset(every, choice.n, f"{bench.name}/{cat}")
             ids += chosen
             where.update(dict.fromkeys(chosen, cat))
-        parts.append(BenchmarkPart(choice, env_id, kwargs, ids, where, scoring))
+        parts.append(BenchmarkPart(choice, env_id, kwargs, ids, where, scoring, longest))
     return parts
+
+
+def _opening_chars(env, task_id: str) -> int:
+    """The size of a task's opening: its first observation and tool schemas, as JSON."""
+    observation, info = env.reset(options={"split": "test", "task_id": task_id})
+    return len(json.dumps(observation, default=str)) + len(json.dumps(info.get("tools") or []))
 
 
 def held_out(part: BenchmarkPart, tokenizer, config) -> HeldOut:
@@ -202,7 +224,7 @@ def held_out(part: BenchmarkPart, tokenizer, config) -> HeldOut:
         max_new_tokens=config.eval.max_new_tokens or s.max_new_tokens,
         max_episode_tokens=episode_tokens(part.choice.benchmark, config),
         stop=s.stop,
-        batch=min(32, len(part.task_ids)),
+        batch=min(part.batch, len(part.task_ids)),
     )
 
 
