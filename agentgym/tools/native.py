@@ -9,8 +9,9 @@ the calls out of the assistant's text, with one of these parsers:
 - `hermes`: Hermes / Qwen2.5 / Qwen3 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`,
   several per turn (the same reader as the Hermes text format).
 - `llama3_json`: Llama 3.1 / 3.2 JSON, `{"name": ..., "parameters": {...}}` as the whole
-  turn, optionally after `<|python_tag|>`; several calls separated by `;`. `"arguments"`
-  is read as `"parameters"`.
+  turn, optionally after `<|python_tag|>`; several calls as that family writes them:
+  separated by `;` or newlines, back to back (`{...}{...}`), or as a JSON list of objects.
+  `"arguments"` is read as `"parameters"`.
 - `mistral`: Mistral v3 `[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]`, after any prose.
 - `response_schema`: the tokenizer's own `response_template` (`tokenizer.parse_response`,
   transformers 5), used first whenever the tokenizer has one.
@@ -23,6 +24,7 @@ ends the episode, its final answer the last `\\boxed{...}` in it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -66,8 +68,9 @@ def _cut_or_invalid(truncated: bool, message: str) -> Any:
     return failed_attempt(ToolErrorKind.INVALID_JSON, message)
 
 
-def _json_objects(text: str, separator: str) -> list[Any]:
-    """The JSON values in `text`, separated by `separator`; ValueError if anything else is there."""
+def _json_objects(text: str, separator: str, *, adjacent: bool = False) -> list[Any]:
+    """The JSON values in `text`, separated by `separator` (or by nothing but whitespace,
+    with `adjacent`); ValueError if anything else is there."""
     values, pos = [], 0
     while True:
         while pos < len(text) and text[pos].isspace():
@@ -80,9 +83,12 @@ def _json_objects(text: str, separator: str) -> list[Any]:
         rest = text[pos:].lstrip()
         if not rest:
             return values
-        if not rest.startswith(separator):
+        if adjacent and rest[0] in "{[":
+            pos = len(text) - len(rest)
+        elif rest.startswith(separator):
+            pos = len(text) - len(rest) + len(separator)
+        else:
             raise ValueError(f"unexpected text after a call: {rest[:40]!r}")
-        pos = len(text) - len(rest) + len(separator)
 
 
 def _named_call(value: Any, arguments_keys: tuple[str, ...]) -> Any:
@@ -121,10 +127,12 @@ class HermesParser:
 
 
 class Llama3JsonParser:
-    """Llama 3.1 / 3.2 JSON tool calls: the whole turn is the call (or calls, `;`-separated)."""
+    """Llama 3.1 / 3.2 JSON tool calls: the whole turn is the call, or calls separated by `;`
+    or newlines, back to back, or a JSON list of objects."""
 
     name = "llama3_json"
     PYTHON_TAG = "<|python_tag|>"
+    LIST = re.compile(r"\[\s*\{")  # a JSON list of objects: calls
 
     def parse(self, text: str, *, truncated: bool = False) -> ParsedTurn:
         body = text.strip()
@@ -132,16 +140,22 @@ class Llama3JsonParser:
         body = body.removeprefix(self.PYTHON_TAG).strip()
         if body.startswith("```"):
             body = body.strip("`").removeprefix("json").strip()
-        if not (tagged or body.startswith("{")):
+        if not (tagged or body.startswith("{") or self.LIST.match(body)):
             return ParsedTurn(calls=(), final_answer=extract_boxed(text))
         try:
-            values = _json_objects(body, ";")
+            values = _json_objects(body, ";", adjacent=True)
         except ValueError as err:
             return ParsedTurn(
                 calls=(_cut_or_invalid(truncated, f"invalid JSON in the tool call: {err}"),),
                 final_answer=None,
             )
-        calls = tuple(_named_call(v, ("parameters", "arguments")) for v in values)
+        items = [item for v in values for item in (v if isinstance(v, list) else [v])]
+        if not items:
+            message = 'an empty list of tool calls; write one or more {"name", "parameters"}'
+            return ParsedTurn(
+                calls=(failed_attempt(ToolErrorKind.INVALID_JSON, message),), final_answer=None
+            )
+        calls = tuple(_named_call(v, ("parameters", "arguments")) for v in items)
         return ParsedTurn(calls=calls, final_answer=None)
 
     def render_call(self, call: ToolCall) -> str:
