@@ -12,7 +12,7 @@ from agentgym.cli import main
 from agentgym.config import load_config
 from agentgym.eval.heldout import EpisodeScore, HeldOut, TaskResult, final_answer, held_out_ids
 from agentgym.eval.report import compare, summarize
-from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.base import Generation, SamplingParams, context_tokens
 from agentgym.policy.hf import HFPolicy
 
 TINY_EVAL = ["--model", "tiny-random", "--tasks", "3", "--n", "2", "--k", "2",
@@ -120,6 +120,35 @@ def test_sampled_episodes_do_not_depend_on_how_the_tasks_are_batched(tiny):
                     for run in runs)  # fmt: skip
     assert small == large
     assert len({tuple(x) for x in small}) > 1  # and the samples do differ
+
+
+def test_an_episode_never_runs_past_the_models_context(tiny, monkeypatch):
+    """The budget is `max_episode_tokens` capped at the model's positions; an opening the
+    model cannot hold is played and failed (truncated, no token sampled), not unscorable."""
+    model, tokenizer = tiny
+    policy, context = HFPolicy(model, tokenizer), model.config.max_position_embeddings
+    assert context_tokens(policy) == context == 2048
+    assert context_tokens(type("Engine", (), {"max_model_len": 300})()) == 300
+    assert context_tokens(type("Plain", (), {"generate": None})()) is None
+    kwargs = {"families": ["calculator"], "max_turns": 2}
+    ids = held_out_ids("tool_call", kwargs, 2)
+    for budget, expected in ((None, 2048), (4096, 2048), (64, 64)):
+        held = HeldOut("tool_call", kwargs, ids, tokenizer, max_new_tokens=6,
+                       max_episode_tokens=budget)  # fmt: skip
+        try:
+            assert held.budget(policy) == expected
+        finally:
+            held.close()
+    monkeypatch.setattr(model.config, "max_position_embeddings", 50)
+    held = HeldOut("tool_call", kwargs, ids, tokenizer, max_new_tokens=6, max_episode_tokens=4096)
+    try:
+        results = held.run(HFPolicy(model, tokenizer))
+    finally:
+        held.close()
+    scores = [r.greedy for r in results]
+    assert [(s.truncated, s.unscorable, s.completion_length, s.strict) for s in scores] == [
+        (True, False, 0, False)
+    ] * 2
 
 
 def test_eval_on_tiny_random_writes_the_three_report_files_with_the_documented_keys(

@@ -141,3 +141,28 @@ def len_prompt_plus(tokenizer) -> int:
     obs, _ = env.reset(options={"task_id": "calculator/train/3"})
     rendered = tokenizer.apply_chat_template(obs, add_generation_prompt=True, tokenize=False)
     return len(tokenizer.encode(rendered, add_special_tokens=False)) + 60
+
+
+def _opening_and_play(tokenizer, budget_from_opening):
+    """The task's opening length, then one episode played under the budget it gives."""
+    spec, params = TaskSpec(task_id="calculator/train/3"), SamplingParams(max_new_tokens=64)
+    policy = ScriptedPolicy(tokenizer, ["\\boxed{6}"])
+    envs = [gym.make("agentgym/ToolCall-v0")]
+    (first,) = collect(envs, [spec], 1, policy, tokenizer, params, max_tokens=None)
+    opening, policy.emitted = first.prompt_length, []
+    budget = budget_from_opening(opening)
+    (traj,) = collect(envs, [spec], 1, policy, tokenizer, params, max_tokens=budget)
+    return opening, traj, policy
+
+
+@pytest.mark.parametrize("over", [0, 1, 500])
+def test_an_opening_that_fills_the_budget_is_truncated_before_it_samples(tiny, over):
+    opening, traj, policy = _opening_and_play(tiny[1], lambda n: n - over)
+    assert traj.truncated and traj.error is None  # played and failed, not unscorable
+    assert policy.emitted == [] and traj.turns == () and not any(traj.loss_mask)
+    assert traj.reward == 0.0 and len(traj.tokens) == traj.prompt_length == opening
+
+
+def test_an_opening_one_token_under_the_budget_samples_its_turn(tiny):
+    _, traj, policy = _opening_and_play(tiny[1], lambda n: n + 1)
+    assert len(policy.emitted) == 1 and any(traj.loss_mask) and len(traj.turns) == 1

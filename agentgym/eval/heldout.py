@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agentgym.env.core import AgentEnv, Split, make_env
-from agentgym.policy.base import Policy, SamplingParams, as_policy
+from agentgym.policy.base import Policy, SamplingParams, as_policy, context_tokens
 from agentgym.policy.hf import merged_adapters
 from agentgym.rewards.verifiable import answers_equal, extract_boxed
 from agentgym.rollout.player import Player, Submission, TurnPlayer, turn_player
@@ -206,13 +206,20 @@ class HeldOut:
         """Episodes one `run` plays."""
         return len(self.task_ids) * (1 + self.n)
 
+    def budget(self, policy: Policy) -> int | None:
+        """An episode's most tokens: `max_episode_tokens`, but never past what `policy`'s
+        model can attend over (a longer episode is truncated there: it counts as played
+        and failed, as a benchmark counts a prompt its model cannot hold)."""
+        limits = [n for n in (self.max_episode_tokens, context_tokens(policy)) if n is not None]
+        return min(limits) if limits else None
+
     def _play(self, policy: Policy, group: int, params: SamplingParams, advance) -> list:
         per_chunk = max(1, self.batch // group)
         out: list[list[Trajectory]] = []
         for start in range(0, len(self.task_ids), per_chunk):
             ids = self.task_ids[start : start + per_chunk]
             specs = tuple(TaskSpec(task_id=t) for t in ids)
-            chunk = Submission(specs, group, params, self.max_episode_tokens)
+            chunk = Submission(specs, group, params, self.budget(policy))
             played = self.player.play(policy, self.envs, chunk)
             out += [played[i * group : (i + 1) * group] for i in range(len(ids))]
             advance(len(played))

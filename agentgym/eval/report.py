@@ -126,6 +126,7 @@ TABLE_COLUMNS = (
     ("tool_calls", "calls"),
     ("tool_error_rate", "call err"),
     ("completion_length", "tokens"),
+    ("truncated", "truncated"),
     ("unscorable", "unscorable"),
 )
 """The greedy figures the printed and markdown tables show, with their headers."""

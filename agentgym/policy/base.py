@@ -191,6 +191,17 @@ def as_policy(policy: Any) -> Policy:
     return cast(Policy, policy) if isinstance(policy, PolicyBase) else _Plain(policy)
 
 
+def context_tokens(policy: Any) -> int | None:
+    """The most tokens `policy`'s model can attend over (an in-process model's
+    `max_position_embeddings`, a vLLM engine's `max_model_len`); None: it does not say."""
+    engine = getattr(policy, "max_model_len", None)
+    if isinstance(engine, int):
+        return engine
+    config = getattr(as_policy(policy).model, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    return positions if isinstance(positions, int) else None
+
+
 def check_generate_args(prompts: list[list[int]], streams: Sequence[int] | None) -> None:
     """The checks every backend's `generate` makes first: a prompt at least, none empty,
     and one stream per prompt when streams are given."""

@@ -249,7 +249,8 @@ def collect(
     Args:
         envs: At least len(specs) * group_size environments, reset here.
         specs: One TaskSpec per group; the group's G episodes reset identically.
-        max_tokens: Episodes longer than this (in tokens) are truncated.
+        max_tokens: Episodes longer than this (in tokens) are truncated; one whose opening
+            already holds as many is truncated before it samples a token.
         env_timeout_s: Seconds one `reset` or `step` may take; None: no limit.
         env_workers: Threads that call the environments at once; None: one per episode.
         turn_version: Called before each turn's `generate` (as the turn joins the batch,
@@ -280,6 +281,8 @@ def collect(
         resets = each_call(pool, lambda job: _reset(job[0], job[1], env_timeout_s), jobs)
         episodes = [_start(*job, tokenizer, reset) for job, reset in zip(jobs, resets, strict=True)]
         _name_failed_starts(episodes)
+        for ep in episodes:  # an opening that already fills the budget samples nothing
+            _cut(ep, max_tokens)
         limits = (max_tokens, env_timeout_s)
         if turn_batching == "barrier":
             _play(episodes, policy, tokenizer, params, limits, pool, turn_version)
