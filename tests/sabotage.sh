@@ -100,13 +100,13 @@ sabotage "one micro-batch's weight halved" agentgym/learn/learner.py \
     tests/test_learner_gradient.py::test_the_applied_gradient_equals_the_plain_loss_gradient
 
 sabotage "advantages normalised over the batch instead of per group" agentgym/learn/grpo.py \
-    "    groups, valid = _grouped(rewards, group_size, scorable)" \
-    "    groups, valid = _grouped(rewards, rewards.numel(), scorable)" \
+    "    groups, valid = grouped(rewards, group_size, scorable)" \
+    "    groups, valid = grouped(rewards, rewards.numel(), scorable)" \
     tests/test_pipeline.py::test_each_task_of_a_step_is_normalised_within_its_own_group
 
 sabotage "the configured advantage estimator ignored for GRPO's" agentgym/learn/advantages.py \
-    "    values = get_advantage(g.advantage)(record, g)" \
-    '    values = get_advantage("group")(record, g)' \
+    "    name = advantage_name(g)" \
+    '    name = "group"' \
     tests/test_advantages.py::test_a_registered_estimator_gets_the_record_and_shapes_every_token_by_hand
 
 sabotage "per-token advantages cut from the wrong end for a shorter batch" agentgym/types.py \

@@ -147,22 +147,23 @@ def test_an_unscored_record_is_refused():
 def test_names_are_registered_once_and_unknown_ones_are_refused_as_the_run_starts():
     with pytest.raises(ValueError, match="'group' is already registered"):
         register_advantage("group")(last_turn_double)
-    with pytest.raises(ValueError, match=r"unknown advantage estimator 'turn'; registered: "):
-        get_advantage("turn")
-    grpo = _grpo(advantage="turn", loss="ppo2")
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'gigpo'; registered: "):
+        get_advantage("gigpo")
+    grpo = _grpo(advantage="gigpo", loss="ppo2")
     assert unregistered(grpo) == {
         "grpo.loss": "unknown loss 'ppo2'; registered: bnpo, dapo, dr_grpo, grpo, token_mean",
-        "grpo.advantage": "unknown advantage estimator 'turn'; registered: group, last_turn_double",
+        "grpo.advantage": "unknown advantage estimator 'gigpo'; registered: group, "
+        "last_turn_double, turn",
     }
     with pytest.raises(ConfigError, match=r"grpo\.advantage: unknown advantage estimator"):
-        check_registered(load_config(overrides={"grpo.advantage": "turn"}))
+        check_registered(load_config(overrides={"grpo.advantage": "gigpo"}))
 
 
 def test_the_cli_refuses_an_unregistered_estimator_before_any_model_loads(tmp_path, capsys):
     code = main(["train", "--env", "tool_call", "--model", "tiny-random", "--steps", "1",
-                 "--set", "grpo.advantage=turn", "--output", str(tmp_path / "run")])  # fmt: skip
+                 "--set", "grpo.advantage=gigpo", "--output", str(tmp_path / "run")])  # fmt: skip
     assert code == 2
-    assert "grpo.advantage: unknown advantage estimator 'turn'" in capsys.readouterr().err
+    assert "grpo.advantage: unknown advantage estimator 'gigpo'" in capsys.readouterr().err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 

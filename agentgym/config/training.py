@@ -29,6 +29,13 @@ class GRPOConfig(Section):
         "group (GRPO's group-relative one), or one registered by you "
         "(register_advantage; checked as the run starts).",
     )
+    credit: Literal["episode", "turn"] = Field(
+        "episode",
+        description="Who gets an advantage: the episode, one value on all its tokens "
+        "(grpo.advantage's estimator), or each turn, from the return after it less a "
+        "baseline from the group's other members (the turn estimator; "
+        "agentgym.learn.turn_credit).",
+    )
     epsilon_high: float | None = Field(
         None, gt=0, description="Upper clip range (DAPO's clip-higher); None: epsilon."
     )

@@ -14,7 +14,8 @@ with `agentgym.learn.losses.register_policy_loss`:
         ...
 
 `group` is GRPO's (`agentgym.learn.grpo.group_advantages`): one group-relative value per
-trajectory, on each of its sampled tokens.
+trajectory, on each of its sampled tokens. `turn` gives each turn its own
+(`agentgym.learn.turn_credit`); `grpo.credit: turn` picks it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor
 
 from agentgym.config import GRPOConfig
-from agentgym.learn import grpo
+from agentgym.learn import grpo, turn_credit
 from agentgym.types import StepRecord, Trajectory, sampled_targets, target_width
 
 AdvantageFn = Callable[[StepRecord, GRPOConfig], Tensor]
@@ -68,6 +69,11 @@ def unregistered(g: GRPOConfig) -> dict[str, str]:
             f"unknown advantage estimator {g.advantage!r}; registered: "
             f"{', '.join(sorted(ADVANTAGES))}"
         )
+    if g.credit == "turn" and g.advantage != "group":
+        problems["grpo.credit"] = (
+            f"credit 'turn' is the turn estimator, and grpo.advantage names {g.advantage!r}: "
+            "set credit 'episode' to use it, or leave grpo.advantage 'group'"
+        )
     return problems
 
 
@@ -87,6 +93,42 @@ def group(record: StepRecord, g: GRPOConfig) -> Tensor:
     return per_row[:, None] * sampled_targets(record.trajectories)
 
 
+@register_advantage("turn")
+def turn(record: StepRecord, g: GRPOConfig) -> Tensor:
+    """Each turn's return from it on, less a baseline from the group's other members (the
+    same state's, else the same turn's), divided as `grpo.scale_rewards` says; on the ids
+    the turn sampled. See `agentgym.learn.turn_credit`."""
+    assert record.rewards is not None and record.scorable is not None
+    return turn_credit.turn_targets(
+        record.trajectories, record.rewards, record.scorable, g.group_size, _scales(record, g)
+    )
+
+
+def _scales(record: StepRecord, g: GRPOConfig) -> list[float]:
+    """Per group, what divides its advantages: GRPO's std (+ `std_eps`) of the episode
+    rewards, the group's or the batch's, or 1; 0 for a group whose std is 0 (it gets 0)."""
+    assert record.rewards is not None
+    groups, valid = grpo.grouped(record.rewards, g.group_size, record.scorable)
+    if g.scale_rewards == "none":
+        return [1.0] * len(groups)
+    correction = 1 if g.std == "unbiased" else 0
+    if g.scale_rewards == "batch":
+        scored = groups[valid].double()
+        std = float(scored.std(correction=correction)) if scored.numel() > 1 else 0.0
+        return [std + g.std_eps if std > 0 else 0.0] * len(groups)
+    out = []
+    for row, ok in zip(groups.double(), valid, strict=True):
+        scored = row[ok]
+        std = float(scored.std(correction=correction)) if scored.numel() > 1 else 0.0
+        out.append(std + g.std_eps if std > 0 else 0.0)
+    return out
+
+
+def advantage_name(g: GRPOConfig) -> str:
+    """The estimator a run uses: `turn` with `grpo.credit: turn`, else `grpo.advantage`."""
+    return "turn" if g.credit == "turn" else g.advantage
+
+
 def advantages(record: StepRecord, g: GRPOConfig) -> StepRecord:
     """`record` with its per-token `advantages` from the estimator `grpo.advantage`, and
     its `flat_groups`. The groups are checked first: G contiguous samples of one task each.
@@ -101,11 +143,12 @@ def advantages(record: StepRecord, g: GRPOConfig) -> StepRecord:
     grpo.check_groups(
         [t.task_id for t in trajectories], [t.group for t in trajectories], g.group_size
     )
-    values = get_advantage(g.advantage)(record, g)
+    name = advantage_name(g)
+    values = get_advantage(name)(record, g)
     want = (len(trajectories), target_width(trajectories))
     if tuple(values.shape) != want:
         raise ValueError(
-            f"advantage estimator {g.advantage!r} returned a tensor of shape "
+            f"advantage estimator {name!r} returned a tensor of shape "
             f"{tuple(values.shape)}; it must be [N, T] = {want}: one value per target token "
             "of each trajectory (see agentgym.types.sampled_targets)"
         )

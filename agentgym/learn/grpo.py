@@ -154,7 +154,7 @@ def group_advantages(
         ValueError: if `rewards` is not [N], N is not a multiple of G, or `scorable`
             is given and not [N].
     """
-    groups, valid = _grouped(rewards, group_size, scorable)
+    groups, valid = grouped(rewards, group_size, scorable)
     # min=1 keeps 0/0 out of empty groups; groups of fewer than two scored samples get 0 below
     count = valid.sum(dim=1, keepdim=True).clamp(min=1)
     filled = torch.where(valid, groups, 0.0)
@@ -191,10 +191,10 @@ def zero_variance_fraction(
 def flat_groups(rewards: Tensor, group_size: int, *, scorable: Tensor | None = None) -> Tensor:
     """[N/G] bool: the group's scored rewards are all equal, or fewer than two are scored
     (as `zero_variance_fraction` counts them); it gives no learning signal."""
-    return _all_equal(*_grouped(rewards, group_size, scorable))
+    return _all_equal(*grouped(rewards, group_size, scorable))
 
 
-def _grouped(
+def grouped(
     rewards: Tensor, group_size: int, scorable: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """Rewards as [N/G, G] floats and the mask of the scorable, non-NaN ones."""
