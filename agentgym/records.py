@@ -121,6 +121,13 @@ TOOL_ERRORS_PREFIX = "tools/error_rate/"
 REWARD_PENALISED = declare("reward/penalised_mean", "Mean reward after grpo.length_penalty.")
 ZERO_VARIANCE = declare("zero_variance_groups", "Share of groups whose rewards were all equal.")
 DROPPED_GROUPS = declare("dropped_groups", "Groups left out (grpo.drop_zero_variance_groups).")
+RESAMPLE_ROUNDS = declare(
+    "grpo/resample_rounds", "Extra rounds of tasks the step sampled (grpo.dynamic_sampling)."
+)
+INFORMATIVE_GROUPS = declare(
+    "grpo/informative_groups",
+    "Groups with differing rewards the step trained on, of tasks_per_step (dynamic_sampling).",
+)
 
 # -- the learner --
 LOSS = declare(

@@ -19,6 +19,7 @@ class Config(Protocol):
     validator from this one, so it cannot be imported here)."""
 
     run: Any
+    grpo: Any
     pipeline: Any
     policy: Any
     distributed: Any
@@ -107,6 +108,20 @@ RULES: tuple[Rule, ...] = (
         "policy.enable_sleep_mode with pipeline.max_off_policy_steps > 0: the engine "
         "samples while the learner steps, so its memory cannot be freed then; "
         "set policy.enable_sleep_mode=false, or play on Ray workers",
+    ),
+    Rule(
+        "grpo.dynamic_sampling",
+        lambda c: c.grpo.dynamic_sampling and _async(c),
+        "grpo.dynamic_sampling with pipeline.max_off_policy_steps > 0: it samples more "
+        "tasks within the step, while the next steps' tasks are already being played; "
+        "set pipeline.max_off_policy_steps=0, or grpo.dynamic_sampling=false",
+    ),
+    Rule(
+        "grpo.dynamic_sampling",
+        lambda c: c.grpo.dynamic_sampling,
+        "grpo.dynamic_sampling under torchrun: the ranks' steps would wait on rank 0's "
+        "extra rounds, which is not built; run it in one process",
+        torchrun=True,
     ),
     Rule(
         "pipeline.max_off_policy_steps",

@@ -63,6 +63,14 @@ class GRPOConfig(Section):
     drop_zero_variance_groups: bool = Field(
         False, description="Leave groups whose rewards are all equal out of the batch."
     )
+    dynamic_sampling: bool = Field(
+        False,
+        description="DAPO's dynamic sampling: sample more rounds of tasks_per_step tasks until "
+        "the step has tasks_per_step groups whose rewards differ (agentgym.run.dynamic).",
+    )
+    max_resample_rounds: int = Field(
+        3, ge=0, description="With dynamic_sampling: the most extra rounds a step samples."
+    )
     beta_start: float | None = Field(
         None,
         ge=0,

@@ -30,6 +30,7 @@ from agentgym.rollout.player import Submission
 from agentgym.rollout.sampler import Sampler
 from agentgym.run import phases, preflight, setup
 from agentgym.run.curriculum import Curriculum
+from agentgym.run.dynamic import sample_until_informative
 from agentgym.run.interrupt import StopRequest
 from agentgym.run.record import record_step, score_start, step_metrics
 from agentgym.run.resume import Submitted, Trainer
@@ -73,6 +74,14 @@ def train_step(
     if ahead:
         record = drop_stale(record, g.group_size, ahead)
     record = score(record, reward_fns, g.length_penalty)
+    if g.dynamic_sampling:  # synchronous only (config.rules)
+
+        def more() -> StepRecord:
+            specs = _submit(config, trainer, sampler, difficulty).specs
+            played = StepRecord(step, step - 1, specs, tuple(sampler.poll(wait=True)))
+            return score(played, reward_fns, g.length_penalty)
+
+        record = sample_until_informative(record, more, g.group_size, g.max_resample_rounds)
     rollout_seconds = time.perf_counter() - start
     record = advantages(record, g)
     faults.reached("update", step)
