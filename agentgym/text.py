@@ -54,3 +54,25 @@ def extract_boxed(text: str) -> str | None:
     """
     found = boxes(text)
     return found[-1] if found else None
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def outside_thinking(text: str) -> str:
+    """`text` without the model's thinking, which never executes as a call nor answers:
+    each `<think>...</think>` block; the text up to a `</think>` that no `<think>` opens
+    (a template that opens the block in the generation prompt, as Qwen3's does); and, from
+    a `<think>` that is never closed, the rest (a turn cut off while thinking)."""
+    first_open, first_close = text.find(THINK_OPEN), text.find(THINK_CLOSE)
+    if first_close != -1 and (first_open == -1 or first_close < first_open):
+        text = text[first_close + len(THINK_CLOSE) :]
+    kept, pos = [], 0
+    while (start := text.find(THINK_OPEN, pos)) != -1:
+        kept.append(text[pos:start])
+        end = text.find(THINK_CLOSE, start + len(THINK_OPEN))
+        if end == -1:
+            return "".join(kept)
+        pos = end + len(THINK_CLOSE)
+    kept.append(text[pos:])
+    return "".join(kept)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agentgym.text import extract_boxed
+from agentgym.text import extract_boxed, outside_thinking
 from agentgym.types import Message, ToolCall
 
 
@@ -272,6 +272,7 @@ class HermesFormat:
         )
 
     def parse(self, text: str, *, truncated: bool = False) -> ParsedTurn:
+        text = outside_thinking(text)
         calls: list[CallAttempt] = []
         outside: list[str] = []
         pos = 0
@@ -379,6 +380,7 @@ class ReactFormat:
         )
 
     def parse(self, text: str, *, truncated: bool = False) -> ParsedTurn:
+        text = outside_thinking(text)
         blocks = _react_blocks(text)
         calls: list[CallAttempt] = []
         final_answer = None

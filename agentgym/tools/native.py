@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from agentgym.text import extract_boxed
+from agentgym.text import extract_boxed, outside_thinking
 from agentgym.tools.formats import (
     MAX_JSON_DEPTH,
     STRICT_DECODER,
@@ -279,7 +279,7 @@ class NativeFormat:
         return _ANSWER
 
     def parse(self, text: str, *, truncated: bool = False) -> ParsedTurn:
-        return self.parser.parse(text, truncated=truncated)
+        return self.parser.parse(outside_thinking(text), truncated=truncated)
 
     def observation(self, results: Sequence[ToolResult]) -> list[Message]:
         return [Message("tool", r.content, name=r.name or None) for r in results]
