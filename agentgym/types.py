@@ -118,9 +118,12 @@ class Trajectory:
     `Sampler` stamps it. `env` names the member of an env mix (`agentgym.env.mixture`)
     that played the episode; None outside a mix. `category` is the task's category, as
     the env's `info["category"]` gives it at reset; None without one. `split_samples` are
-    the episode's earlier samples when it was played by an agent program that rewrote its
-    history (`agentgym.serve.recorder`): each is trained on with this one's advantage,
-    weighted as `agentgym.learn.advantages.split_weights` says; empty otherwise."""
+    the episode's earlier samples when its history was rewritten (by an agent program,
+    `agentgym.serve.recorder`; by the chat template, the rollout splitting where its
+    rendering stopped extending the previous one): each is trained on with this one's
+    advantage, weighted as `agentgym.learn.advantages.split_weights` says; empty
+    otherwise. This trajectory is then the last sample: its `turn_spans` are those of the
+    last turns, its `turns` every turn of the episode."""
 
     def __post_init__(self) -> None:
         # the learner pairs these position by position (`Batch.from_trajectories`): a
@@ -153,10 +156,11 @@ class Trajectory:
     def step_rewards(self) -> tuple[tuple[float, tuple[int, int]], ...]:
         """Each step's environment reward with the span of sampled ids it follows
         (`turn_spans[k]`, [start, end) in `tokens`), in order: what a turn-level
-        estimator reads. A player that records fewer spans than turns (an agent program's
-        rewritten history) pairs as many as both have."""
+        estimator reads. Where there are fewer spans than turns (a rewritten history: this
+        is the last sample), the spans are those of the last turns."""
+        turns = self.turns[max(0, len(self.turns) - len(self.turn_spans)) :]
         return tuple(
-            (turn.reward, span) for turn, span in zip(self.turns, self.turn_spans, strict=False)
+            (turn.reward, span) for turn, span in zip(turns, self.turn_spans, strict=False)
         )
 
 

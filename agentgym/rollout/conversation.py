@@ -17,6 +17,12 @@ from agentgym.rollout.external_text import Rendered, encode_rendered, render, re
 _SENTINEL = "\u2063agentgym-end-of-content\u2063"
 
 
+class HistoryRewritten(ValueError):
+    """The chat template renders the conversation with a new message so that the rendering
+    no longer extends the one before (it drops earlier thinking, re-renders earlier calls):
+    the ids that follow cannot be appended; the rollout starts a new sample there."""
+
+
 def prompt_ids(
     tokenizer: PreTrainedTokenizerBase,
     messages: list[dict[str, Any]],
@@ -63,7 +69,8 @@ def continuation_ids(
     tools: list[dict[str, Any]] | None = None,
     closing: str | None = None,
 ) -> list[int]:
-    """Ids that follow the last sampled token: end of the assistant turn, then `new_messages`.
+    """Ids that follow the last sampled token: end of the assistant turn, then `new_messages`;
+    `HistoryRewritten` where the template does not render the conversation append-only.
 
     `history` ends with the assistant message just sampled. The text is the
     difference of two template renderings, so it matches what the template
@@ -77,7 +84,7 @@ def continuation_ids(
     rendered = render_external(tokenizer, history + new_messages, True, tools, len(history))
     after = rendered.text
     if not after.startswith(before):
-        raise ValueError("the chat template does not render conversations append-only")
+        raise HistoryRewritten("the chat template does not render conversations append-only")
     # what the template puts after the assistant's content: found with a sentinel content,
     # since the real content may be empty or occur earlier in the conversation
     marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]

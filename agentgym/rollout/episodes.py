@@ -28,6 +28,7 @@ from transformers import PreTrainedTokenizerBase
 from agentgym.env.info import ResetInfo, StepInfo
 from agentgym.policy.base import Generation, Policy, SamplingParams, as_policy
 from agentgym.policy.turn_end import TurnEnd, find_turn_end
+from agentgym.rollout.conversation import HistoryRewritten
 from agentgym.rollout.conversation import closing_text as closing_text  # part of this module's API
 from agentgym.rollout.conversation import continuation_ids as continuation_ids  # (as above)
 from agentgym.rollout.conversation import prompt_ids as prompt_ids  # (as above)
@@ -35,6 +36,7 @@ from agentgym.rollout.conversation import sampled_text as sampled_text  # (as ab
 from agentgym.rollout.conversation import use_chat_template as use_chat_template  # (as above)
 from agentgym.rollout.external_text import render as render  # part of this module's API
 from agentgym.rollout.guard import EnvTimeoutError, call_on, call_within, each_call
+from agentgym.rollout.samples import Sample, check_sampled, close_sample, versions, with_samples
 from agentgym.types import Completion, Message, Trajectory, Turn
 from agentgym.types import TaskSpec as TaskSpec  # part of this module's API
 
@@ -67,6 +69,8 @@ class _Episode:
     env_name: str | None = None  # the member of an env mix that plays it
     category: str | None = None  # the task's category, as the env's reset info gives it
     hung: bool = False  # its env's reset or step timed out: the env is replaced after
+    samples: list[Sample] = field(default_factory=list)  # earlier ones: history rewritten
+    sampled: list[tuple[int, ...]] = field(default_factory=list)  # each turn's ids, as sampled
 
 
 TurnBatching = Literal["barrier", "continuous", "ordered"]
@@ -156,6 +160,7 @@ def _sampled(
     """Appends one sampled turn (`end`: the template's turn end); its text for the
     environment, and the turn end the glue adds (None where the turn sampled it)."""
     ids = gen.ids
+    ep.sampled.append(tuple(ids))
     ep.spans.append((len(ep.tokens), len(ep.tokens) + len(ids)))
     ep.tokens.extend(ids)
     ep.loss_mask.extend([1] * len(ids))
@@ -204,7 +209,14 @@ def _advance(
     ep.truncated = bool(truncated)
     ep.done = bool(terminated or truncated)
     if not ep.done:
-        more = continuation_ids(tokenizer, ep.messages, obs, closing is not None, ep.tools, closing)
+        try:
+            more = continuation_ids(
+                tokenizer, ep.messages, obs, closing is not None, ep.tools, closing
+            )
+        except HistoryRewritten:
+            ep.messages.extend(obs)
+            close_sample(ep, prompt_ids(tokenizer, ep.messages, ep.tools))
+            return
         ep.messages.extend(obs)
         ep.tokens.extend(more)
         ep.loss_mask.extend([0] * len(more))
@@ -407,6 +419,11 @@ def _replace_hung(envs: Sequence[gym.Env], episodes: list[_Episode]) -> None:
 
 
 def _finish(ep: _Episode) -> Trajectory:
+    check_sampled(ep)
+    return with_samples(ep, _trajectory(ep))
+
+
+def _trajectory(ep: _Episode) -> Trajectory:
     return Trajectory(
         task_id=ep.task_id,
         group=ep.group,
@@ -426,13 +443,5 @@ def _finish(ep: _Episode) -> Trajectory:
         reward_error=None if math.isfinite(ep.reward) else f"environment reward is {ep.reward}",
         env=ep.env_name,
         category=ep.category,
-        token_versions=_versions(ep) if ep.span_versions else (),
+        token_versions=versions(ep) if ep.span_versions else (),
     )
-
-
-def _versions(ep: _Episode) -> tuple[int, ...]:
-    """Each token's policy version: its turn's on the sampled ones, -1 elsewhere."""
-    versions = [-1] * len(ep.tokens)
-    for (start, stop), version in zip(ep.spans, ep.span_versions, strict=True):
-        versions[start:stop] = [version] * (stop - start)
-    return tuple(versions)
