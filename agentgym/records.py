@@ -81,8 +81,9 @@ TOOL_CALLS = declare("tools/calls_per_episode", "Tool calls per episode.")
 TOOL_ERROR_RATE = declare("tools/error_rate", "Failed tool calls per call.")
 SPLIT_SAMPLES = declare(
     "agent/split_samples",
-    "Samples beyond the first of the step's agent episodes (run.agent): the agent rewrote its "
-    "history, and each sample trains with the episode's advantage, weighted.",
+    "Samples beyond the first of the step's episodes: an agent program (run.agent) or the "
+    "chat template rewrote the history, and each sample trains with the episode's "
+    "advantage, weighted.",
 )
 ENV_PREFIX = "env/"
 """Figures of one member of an env mix (`run.envs`): env/<name>/reward/mean and

@@ -212,17 +212,24 @@ def test_bad_format_and_parser_names_are_refused_with_the_valid_ones():
         gym.make("agentgym/ToolCall-v0", tool_format="native", tool_parser="qwen")
 
 
-def test_a_template_that_drops_earlier_reasoning_is_reported_and_refused(tiny):
+def test_a_template_that_drops_earlier_reasoning_is_reported_and_trained_split(tiny, caplog):
     tokenizer = copy.deepcopy(tiny[1])
     tokenizer.chat_template = THINKING_STRIPPED
-    assert check_prefix(tokenizer, sample_conversation("hermes")).ok  # no reasoning to drop
+    plain = check_prefix(tokenizer, sample_conversation("hermes"))  # no reasoning to drop
+    assert plain.ok and "append-only" in plain.detail
     checks, ids, _ = run_checks(tokenizer, "hermes")
-    assert [(c.name, c.ok) for c in checks] == [("prefix-consistent", False)] and not ids
-    assert "rewrites the earlier text" in checks[0].detail
+    assert [(c.name, c.ok) for c in checks] == [
+        ("prefix-consistent", True), ("round-trip", True), ("loss-mask", True)
+    ] and ids  # fmt: skip
+    assert "adding message 3 (tool) rewrites the earlier text" in checks[0].detail
+    assert "splits such an episode there into samples" in checks[0].detail
     env = gym.make("agentgym/ToolCall-v0", tool_format="hermes")
-    with pytest.raises(ConfigError, match="append-only.*agentgym doctor.*not supported yet"):
-        check_env_template(env, tokenizer, "thinking-model")
-    check_env_template(env, tiny[1], "tiny-random")  # a stable template passes
+    with caplog.at_level("WARNING"):
+        check_env_template(env, tokenizer, "thinking-model")  # trained, with a warning
+    assert "thinking-model rewrites the conversation's earlier text" in caplog.text
+    caplog.clear()
+    check_env_template(env, tiny[1], "tiny-random")  # a stable template: nothing to say
+    assert caplog.text == ""
 
 
 def test_doctor_passes_each_shipped_template_on_tiny_random(templated):

@@ -3,9 +3,12 @@
 For each tool format (hermes, react, native: the template's own tool prompt,
 with `tools=`), three checks, each with a hint when it fails:
 
-1. Prefix consistency: rendering the conversation one message more must
-   extend the previous rendering (the rollout appends environment text as a
-   template suffix, so a template that rewrites earlier turns cannot be used).
+1. Prefix consistency: whether rendering the conversation one message more
+   extends the previous rendering (the rollout appends environment text as a
+   template suffix). Where a template rewrites earlier turns (drops earlier
+   thinking, re-renders earlier calls), the report names the message and what
+   the rollout does: it splits the episode there into samples (`SPLITS`); the
+   loss-mask check then reads the last sample.
 2. Round trip: a tool call written in the format, inside the assistant turn,
    parses back to the same call; and when the template has its own
    `tool_calls` rendering, the parser reads that back too (for native, it
@@ -22,21 +25,24 @@ with `tools=`), three checks, each with a hint when it fails:
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
-from agentgym.config import ConfigError
 from agentgym.env.templates import TemplateFormat
 from agentgym.env.tool_env import ToolEnv
 from agentgym.policy.turn_end import TurnEnd, find_turn_end
+from agentgym.rollout.conversation import HistoryRewritten
 from agentgym.rollout.episodes import continuation_ids, prompt_ids, render, use_chat_template
 from agentgym.rollout.external_text import special_ids, special_strings
 from agentgym.tools import ToolCallFormat, get_format
 from agentgym.tools.formats import ToolResult
 from agentgym.types import ToolCall
+
+logger = logging.getLogger(__name__)
 
 _CALL = ToolCall("calculator", {"expression": "48213 * 9127 - 3381"})
 _SECOND = ToolCall("calculator", {"expression": "2 ** 10"})
@@ -99,21 +105,32 @@ def sample_conversation(fmt: ToolCallFormat | str, think: bool = False) -> list[
     ]
 
 
+SPLITS = (
+    "agentgym splits such an episode there into samples: each one's prompt is the "
+    "conversation as the template renders it at that turn, its trained ids the ids sampled in "
+    "it (the episode's advantage, split_weights)"
+)
+
+
 def check_prefix(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> Check:
-    """Each rendering extends the previous one, with and without the generation prompt."""
+    """Each rendering extends the previous one, with and without the generation prompt; where
+    one does not, the check says so and what the rollout does (it splits the episode)."""
+    k = rewritten_at(tokenizer, messages, tools)
+    if k is not None:
+        role = messages[k]["role"]
+        return Check("prefix-consistent", True, f"adding message {k} ({role}) rewrites the "
+                     f"earlier text: {SPLITS}")  # fmt: skip
+    return Check("prefix-consistent", True, f"{len(messages)} messages render append-only")
+
+
+def rewritten_at(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> int | None:
+    """The first message whose addition rewrites the earlier rendering; None: append-only."""
     for k in range(1, len(messages)):
         shorter = render(tokenizer, messages[:k], messages[k]["role"] == "assistant", tools)
         longer = render(tokenizer, messages[: k + 1], False, tools)
         if not longer.startswith(shorter):
-            return Check(
-                "prefix-consistent",
-                False,
-                f"adding message {k} ({messages[k]['role']}) rewrites the earlier text",
-                "the template must render conversations append-only (templates that drop "
-                "earlier reasoning or move system text do not); pass a model whose template "
-                "does, or a fixed template via the tokenizer's chat_template",
-            )
-    return Check("prefix-consistent", True, f"{len(messages)} messages render append-only")
+            return k
+    return None
 
 
 def check_round_trip(
@@ -212,7 +229,7 @@ def masked_conversation(
     mask = [0] * len(ids)
     history = list(messages[:first])
     k = first
-    while k < len(messages):
+    while k < len(messages):  # the last sample, where the template rewrites history
         sampled = tokenizer.encode(messages[k]["content"], add_special_tokens=False)
         sampled += end.ids
         ids += sampled
@@ -224,7 +241,11 @@ def masked_conversation(
             replies.append(messages[k])
             k += 1
         if replies:
-            more = continuation_ids(tokenizer, history, replies, True, tools, end.text)
+            try:
+                more = continuation_ids(tokenizer, history, replies, True, tools, end.text)
+            except HistoryRewritten:  # a new sample: the conversation rendered as it is now
+                ids = prompt_ids(tokenizer, history + replies, tools)
+                ids, mask, more = ids, [0] * len(ids), []
             ids += more
             mask += [0] * len(more)
             history += replies
@@ -239,9 +260,12 @@ def check_mask(
     end = find_turn_end(tokenizer) if end is None else end
     ids, mask = masked_conversation(tokenizer, messages, tools, end)
     sampled = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
-    expected = "".join(m["content"] + end.text for m in messages if m["role"] == "assistant")
+    split = rewritten_at(tokenizer, messages, tools) is not None  # the last sample's turns
+    turns = [m["content"] + end.text for m in messages if m["role"] == "assistant"]
+    expected = "".join(turns[-sampled.count(end.text) :] if split and end.text else turns)
     # the conversation goes on: a turn end that reaches into the next turn's header
-    # ("\n### ") is what the template writes after any assistant turn but the last
+    # ("\n### ") is what the template writes after any assistant turn but the last (a
+    # template that rewrites history renders no conversation the samples are prefixes of)
     full = render(tokenizer, [*messages, {"role": "user", "content": "Thanks."}], False, tools)
     if sampled != expected:
         check = Check(
@@ -250,7 +274,7 @@ def check_mask(
             f"mask-1 text {sampled!r} != {expected!r}",
             "the tokenizer does not round-trip the assistant's text",
         )
-    elif not full.startswith(tokenizer.decode(ids)):
+    elif not split and not full.startswith(tokenizer.decode(ids)):
         check = Check(
             "loss-mask",
             False,
@@ -276,10 +300,13 @@ def check_plain_tool_text(tokenizer, format_name: str, tool_parser: str | None =
     special = special_ids(tokenizer)
 
     def turn_specials(content: str) -> list[str]:
-        """The special tokens of the ids that follow the call when each reply is `content`."""
-        ids = continuation_ids(
-            tokenizer, messages[:3], [{**m, "content": content} for m in replies], True, tools
-        )
+        """The special tokens of the ids that follow the call when each reply is `content`
+        (of the whole new sample's prompt, where the template rewrites history)."""
+        answered = [{**m, "content": content} for m in replies]
+        try:
+            ids = continuation_ids(tokenizer, messages[:3], answered, True, tools)
+        except HistoryRewritten:
+            ids = prompt_ids(tokenizer, [*messages[:3], *answered], tools)
         return [tokenizer.convert_ids_to_tokens(i) for i in ids if i in special]
 
     hint = "report it: the rollout cannot keep this tokenizer's special-token text plain"
@@ -323,10 +350,10 @@ def run_checks(
         return [Check("tool-format", False, str(err), "see the message")], [], []
     tools = TOOLS if fmt.name == "native" else None
     messages = sample_conversation(fmt)
-    prefix = check_prefix(tokenizer, sample_conversation(fmt, think=True), tools)
-    if not prefix.ok:  # the rollout cannot build this conversation, nor its mask
-        return [prefix], [], []
-    mask_check, ids, mask = check_mask(tokenizer, messages, tools, end)
+    thinking = sample_conversation(fmt, think=True)
+    prefix = check_prefix(tokenizer, thinking, tools)
+    rewrites = rewritten_at(tokenizer, thinking, tools) is not None  # the mask: a split one
+    mask_check, ids, mask = check_mask(tokenizer, thinking if rewrites else messages, tools, end)
     return [prefix, check_round_trip(tokenizer, fmt, tools, end), mask_check], ids, mask
 
 
@@ -353,19 +380,21 @@ def run_doctor(
 
 def check_env_template(env: Any, tokenizer: Any, model_name: str) -> None:
     """Refuses (ConfigError) to train a tool env with a chat template that cannot carry its
-    conversations: "native" without template support, or a rendering that is not
-    prefix-stable across turns (the rollout appends each turn as a suffix)."""
+    conversations: "native" without template support. A template that rewrites history
+    is trained on as the rollout splits its episodes (`agentgym.rollout.samples`); the
+    log says so."""
     use_chat_template(env, tokenizer)  # a ConfigError when native cannot be used
     agent = env.unwrapped
     if not isinstance(agent, ToolEnv):
         return
     tools = agent.tools() if agent.format.name == "native" else None
-    check = check_prefix(tokenizer, sample_conversation(agent.format, think=True), tools)
-    if not check.ok:
-        raise ConfigError(
-            f"model.chat_template: the chat template of {model_name} does not render a tool "
-            f"conversation append-only ({check.detail}), so turns cannot be appended to a "
-            "trajectory; `agentgym doctor` shows it. Use a template that keeps earlier turns "
-            "as they were (model.chat_template), or another tool_format; training on such "
-            "templates (each turn a separate sample) is not supported yet"
+    messages = sample_conversation(agent.format, think=True)
+    k = rewritten_at(tokenizer, messages, tools)
+    if k is not None:
+        logger.warning(
+            "the chat template of %s rewrites the conversation's earlier text (adding a %s "
+            "message); %s. `agentgym doctor` shows it.",
+            model_name,
+            messages[k]["role"],
+            SPLITS,
         )
