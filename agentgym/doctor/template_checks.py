@@ -118,8 +118,11 @@ def check_prefix(tokenizer, messages: list[dict], tools: list[dict] | None = Non
     k = rewritten_at(tokenizer, messages, tools)
     if k is not None:
         role = messages[k]["role"]
-        return Check("prefix-consistent", True, f"adding message {k} ({role}) rewrites the "
-                     f"earlier text: {SPLITS}")  # fmt: skip
+        return Check(
+            "prefix-consistent",
+            True,
+            f"adding message {k} ({role}) rewrites the earlier text: {SPLITS}",
+        )
     return Check("prefix-consistent", True, f"{len(messages)} messages render append-only")
 
 

@@ -32,9 +32,15 @@ def close_sample(ep: Any, prompt: list[int]) -> None:
     """Closes the live episode `ep`'s sample and opens the next with `prompt` (the whole
     conversation as the template renders it now, with the generation prompt)."""
     ep.samples.append(
-        Sample(tuple(ep.tokens), tuple(ep.loss_mask), tuple(ep.logprobs), ep.prompt_length,
-               tuple(ep.spans), tuple(ep.span_versions))
-    )  # fmt: skip
+        Sample(
+            tuple(ep.tokens),
+            tuple(ep.loss_mask),
+            tuple(ep.logprobs),
+            ep.prompt_length,
+            tuple(ep.spans),
+            tuple(ep.span_versions),
+        )
+    )
     ep.counts["split_samples"] += 1
     ep.tokens, ep.prompt_length = list(prompt), len(prompt)
     ep.loss_mask, ep.logprobs = [0] * len(prompt), [0.0] * len(prompt)
@@ -68,9 +74,16 @@ def with_samples(ep: Any, main: Trajectory) -> Trajectory:
     if not ep.samples:
         return main
     rows = [
-        replace(main, tokens=s.tokens, loss_mask=s.loss_mask, logprobs=s.logprobs,
-                prompt_length=s.prompt_length, turn_spans=s.spans, turns=(),
-                token_versions=versions(s) if s.span_versions else ())
+        replace(
+            main,
+            tokens=s.tokens,
+            loss_mask=s.loss_mask,
+            logprobs=s.logprobs,
+            prompt_length=s.prompt_length,
+            turn_spans=s.spans,
+            turns=(),
+            token_versions=versions(s) if s.span_versions else (),
+        )
         for s in ep.samples
-    ]  # fmt: skip
+    ]
     return replace(main, split_samples=tuple(rows))
