@@ -35,13 +35,14 @@ def sample_until_informative(
     """`record` (scored), or, while it has fewer informative groups than it has groups and
     rounds are left, those of it and of `more()` (a scored round of as many tasks), as
     the module docstring says; with the figures of the rounds in `pipeline`."""
-    want, played = len(record.specs), [record]
-    found = len(informative(record, group_size))
+    want, played = len(record.specs), [(record, informative(record, group_size))]
+    found = len(played[0][1])
     while found < want and len(played) <= rounds:
-        played.append(more())
-        found += len(informative(played[-1], group_size))
-    picks = [(r, i) for r in played for i in informative(r, group_size)][:want]
-    flat = [i for i in range(len(record.specs)) if i not in informative(record, group_size)]
+        extra = more()
+        played.append((extra, informative(extra, group_size)))
+        found += len(played[-1][1])
+    picks = [(r, i) for r, useful in played for i in useful][:want]
+    flat = [i for i in range(want) if i not in played[0][1]]
     picks += [(record, i) for i in flat[: want - len(picks)]]
     merged = _groups(picks, group_size, record)
     figures = {
