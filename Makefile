@@ -69,14 +69,18 @@ lint: $(STAMP)
 sandbox-engines:
 	bash sandboxes/docker_setup.sh
 
-# -rs: every skipped test is listed with its reason. Then tests/sabotage.sh plants bugs, each of
-# which the test named with it must catch (docs/testing.md lists them), and
-# tests/wheel_smoke.sh installs the built wheel in a fresh venv outside the repository and runs
-# a user's first commands there.
-test: lint sandbox-engines test-vllm
+# -rs: every skipped test is listed with its reason. tests/wheel_smoke.sh installs the built
+# wheel in a fresh venv outside the repository and runs a user's first commands there, beside
+# the vLLM tests (mostly pip's downloads and unpacking; its log is printed after them). Then
+# tests/sabotage.sh plants bugs, each of which the test named with it must catch
+# (docs/testing.md lists them), one per core side by side.
+test: lint sandbox-engines $(STAMP_VLLM)
+	PYTHON=$(BIN)/python bash tests/wheel_smoke.sh >.wheel-smoke.log 2>&1 & smoke=$$!; \
+	  $(MAKE) --no-print-directory test-vllm; vllm=$$?; \
+	  wait $$smoke; wheel=$$?; cat .wheel-smoke.log; rm -f .wheel-smoke.log; \
+	  [ $$vllm -eq 0 ] && [ $$wheel -eq 0 ]
 	$(BIN)/pytest -q -rs
 	PYTHON=$(BIN)/python bash tests/sabotage.sh
-	PYTHON=$(BIN)/python bash tests/wheel_smoke.sh
 
 # The vLLM backend's tests, in .venv-vllm (in .venv they skip: vLLM is not installed there).
 test-vllm: $(STAMP_VLLM)

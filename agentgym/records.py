@@ -85,6 +85,16 @@ SPLIT_SAMPLES = declare(
     "chat template rewrote the history, and each sample trains with the episode's "
     "advantage, weighted.",
 )
+TOKENS_CHECKED = declare(
+    "tokens/checked",
+    "Sampled ids the step's episodes train on, each compared with the id the policy sampled "
+    "at its turn (every sample of every episode, the agent endpoint's too).",
+)
+TOKENS_RESAMPLED = declare(
+    "tokens/resampled",
+    "Of those, the ids that differ: trained on but not sampled (re-tokenised). 0; any other "
+    "count is an error naming the episode and the turn.",
+)
 ENV_PREFIX = "env/"
 """Figures of one member of an env mix (`run.envs`): env/<name>/reward/mean and
 env/<name>/correctness_rate."""

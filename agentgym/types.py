@@ -108,6 +108,7 @@ class Trajectory:
     env: str | None = None
     category: str | None = None
     split_samples: tuple[Trajectory, ...] = ()
+    opened_by: str | None = None
     """`turn_spans[k]` is the [start, end) of turn k's sampled ids in `tokens`.
     `counts` sums the numeric counters environments report in `info` over the
     episode: "tool_calls" and "tool_errors/<kind>". `error` is the exception
@@ -123,7 +124,9 @@ class Trajectory:
     rendering stopped extending the previous one): each is trained on with this one's
     advantage, weighted as `agentgym.learn.advantages.split_weights` says; empty
     otherwise. This trajectory is then the last sample: its `turn_spans` are those of the
-    last turns, its `turns` every turn of the episode."""
+    last turns, its `turns` every turn of the episode. `opened_by` says why a sample after
+    an episode's first begins where it does (the turn, and where the template's rendering
+    stopped extending the sample before; or the agent's request that extended none)."""
 
     def __post_init__(self) -> None:
         # the learner pairs these position by position (`Batch.from_trajectories`): a
@@ -380,6 +383,10 @@ class StepRecord:
     turn-level estimators; `rewards` does not depend on it."""
     advantages: torch.Tensor | None = None
     """[N, T] per target token, aligned as `sampled_targets` is; 0 off the sampled tokens."""
+    split_advantages: torch.Tensor | None = None
+    """[M, T'] per target token of each split sample (the trajectories' `split_samples`, in
+    order), where the estimator gave each its own (the turn estimator); None: each takes its
+    episode's mean advantage (`agentgym.learn.advantages.with_split_samples`)."""
     flat_groups: torch.Tensor | None = None
     """[N / G] bool: the group's scored rewards are all equal (no learning signal)."""
     stats: Mapping[str, float] = field(default_factory=dict)

@@ -100,11 +100,12 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def digest(run: Path) -> dict[str, str]:
-    """sha256 of each metrics row (timing fields aside) and of each checkpoint's weights."""
+def digest(run: Path, without: frozenset[str] = frozenset()) -> dict[str, str]:
+    """sha256 of each metrics row (timing fields and `without` aside) and of each
+    checkpoint's weights."""
     found = {}
     for i, line in enumerate((run / "metrics.jsonl").read_text().splitlines()):
-        row = {k: v for k, v in json.loads(line).items() if k not in TIMING}
+        row = {k: v for k, v in json.loads(line).items() if k not in TIMING | without}
         text = json.dumps(row, sort_keys=True).encode()
         found[f"metrics[{i}] step {row.get('step')}"] = _sha(text)
     for path in sorted(run.glob("checkpoint-*/**/*.safetensors")):
@@ -134,14 +135,21 @@ def main() -> None:
     parser.add_argument("which", nargs="?", choices=sorted(RUNS), default="tiny")
     parser.add_argument("--out", type=Path, help="where to write the JSON (default: stdout)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"))
+    parser.add_argument(
+        "--without",
+        default="",
+        help="metrics left out of the rows' digests, comma-separated: the ones a change "
+        "adds (the rest of each row, and every weight, must still match)",
+    )
     args = parser.parse_args()
+    without = frozenset(filter(None, args.without.split(",")))
     if args.compare:
         sys.exit(compare(*args.compare))
     digests = {}
     for name, run_args in RUNS[args.which].items():
         with tempfile.TemporaryDirectory(prefix=f"same-run-{name}-") as tmp:
             run = train(run_args, Path(tmp))
-            digests |= {f"{name}: {k}": v for k, v in digest(run).items()}
+            digests |= {f"{name}: {k}": v for k, v in digest(run, without).items()}
     text = json.dumps(digests, indent=1, sort_keys=True)
     if args.out:
         args.out.write_text(text + "\n")

@@ -14,6 +14,7 @@ import gymnasium as gym
 from agentgym.env.core import AgentEnv, Feedback, Task
 from agentgym.env.tool_env import ExpectedCall, ToolEnv
 from agentgym.tools import tool
+from agentgym.types import Message
 
 
 class DigitsEnv(AgentEnv):
@@ -35,6 +36,35 @@ class DigitsEnv(AgentEnv):
 
 if "cli_envs/Digits-v0" not in gym.registry:
     gym.register(id="cli_envs/Digits-v0", entry_point=DigitsEnv, max_episode_steps=1)
+
+
+class ChattyDigitsEnv(DigitsEnv):
+    """`DigitsEnv` over three turns: each reply is paid its share of digits, and the user
+    asks again, whatever the model wrote (multi-turn under a random model)."""
+
+    TURNS = 3
+    CALL = '<tool_call>\n{"name": "say", "arguments": {"digits": "42"}}\n</tool_call>'
+
+    def demonstration(self, task):
+        """Each turn a call in Hermes's layout (what a template that re-renders calls
+        rewrites once the turn is past): an SFT warm-up teaches it to a random model."""
+        return [self.CALL] * self.TURNS
+
+    def load_task(self, task_id):
+        self.turn = 0
+        return super().load_task(task_id)
+
+    def respond(self, action):
+        self.turn += 1
+        share = sum(c.isdigit() for c in action) / max(len(action), 1)
+        again = (Message("user", f"More digits, please ({self.turn})."),)
+        last = self.turn == self.TURNS
+        return Feedback(() if last else again, reward=share, reward_parts={"digits": share},
+                        terminated=last)  # fmt: skip
+
+
+if "cli_envs/ChattyDigits-v0" not in gym.registry:
+    gym.register(id="cli_envs/ChattyDigits-v0", entry_point=ChattyDigitsEnv)
 
 
 class TaughtDigitsEnv(DigitsEnv):

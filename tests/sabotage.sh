@@ -8,51 +8,88 @@
 #   bash tests/sabotage.sh              # all of them (make test runs this)
 #   bash tests/sabotage.sh mask         # only the plants whose name holds "mask"
 #   PYTHON=.venv/bin/python bash tests/sabotage.sh
+#   SABOTAGE_WORKERS=1 bash tests/sabotage.sh   # one plant at a time (default: one per core)
 #
-# Prints one line per plant, "caught by <test id>" or "NOT caught", and exits 1 when any
-# plant was not caught.
+# Plants run side by side, each worker in its own copy of the working tree (worker 1 in the
+# tree itself, the others in copies under a temporary folder, imported through PYTHONPATH),
+# so two plants never meet. Plants in sandboxes/ run in the tree itself: a sandbox's own
+# interpreter is started without our environment and imports the installed agentgym.
+#
+# Prints one line per plant, "caught by <test id>" or "NOT caught", in the order planted, and
+# exits 1 when any plant was not caught.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 PYTHON=${PYTHON:-.venv/bin/python}
+PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")
 ONLY=${1:-}
 LIMIT_S=${SABOTAGE_TIMEOUT_S:-240}
+WORKERS=${SABOTAGE_WORKERS:-$(nproc)}
 # pytest explains a failed assertion in full where CI is set (no "Use -v to get more diff"):
 # a plant's failure is reported here as CI reports it, a slow explanation included
 export CI=${CI:-true}
-backup=$(mktemp -d)
-restore() { [ -n "${target:-}" ] && [ -f "$backup/file" ] && cp "$backup/file" "$target"; }
-trap 'restore; rm -rf "$backup"' EXIT
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
-missed=0
-planted=0
 rc=0
-missed_names=()
+names=() files=() olds=() news=() tests=()
 
-# sabotage NAME FILE OLD NEW TEST_ID: replaces the one occurrence of OLD in FILE by NEW, runs
-# the test TEST_ID (a parametrised test: all its cases) and expects it to fail.
+# sabotage NAME FILE OLD NEW TEST_ID: queues a plant that replaces the one occurrence of OLD
+# in FILE by NEW, runs the test TEST_ID (a parametrised test: all its cases) and expects it
+# to fail.
 sabotage() {
-    local name=$1 file=$2 old=$3 new=$4 test_id=$5
-    [ -n "$ONLY" ] && [[ "$name" != *"$ONLY"* ]] && return 0
-    planted=$((planted + 1))
-    local started=$SECONDS attempt note=""
+    [ -n "$ONLY" ] && [[ "$1" != *"$ONLY"* ]] && return 0
+    names+=("$1") files+=("$2") olds+=("$3") news+=("$4") tests+=("$5")
+}
+
+# one_plant I: plants queued plant I in the current tree and writes its line to $work/I.out
+# (and $work/I.missed when not caught).
+one_plant() {
+    local i=$1 started=$SECONDS attempt note=""
+    local name=${names[$i]} test_id=${tests[$i]}
     # A run that neither passed nor failed as a catch (an error, a crash, a time-out) says
     # nothing of the plant, so it is planted and run once more; a test that passes with the
     # plant in (pytest exit 0) has missed it, and gets no second chance.
     for attempt in 1 2; do
-        plant_and_run "$name" "$file" "$old" "$new" "$test_id"
+        plant_and_run "$name" "${files[$i]}" "${olds[$i]}" "${news[$i]}" "$test_id"
         caught "$test_id" && break
         note="$note [run $attempt: pytest exit $rc: $(summary)]"
         [ "$rc" -eq 0 ] && break
     done
     if caught "$test_id"; then
-        echo "sabotage: $name: caught by $test_id ($((SECONDS - started)) s)${note:+ after}$note"
+        echo "sabotage: $name: caught by $test_id ($((SECONDS - started)) s)${note:+ after}$note" >"$work/$i.out"
     else
-        echo "sabotage: $name: NOT caught by $test_id:$note"
-        tail -n 5 "$backup/log"
-        missed=$((missed + 1))
-        missed_names+=("$name:$note")
+        { echo "sabotage: $name: NOT caught by $test_id:$note"; tail -n 5 "$backup/log"; } >"$work/$i.out"
+        echo "$name:$note" >"$work/$i.missed"
     fi
 }
+
+# worker K: takes the next plant from the queue ($work/next, under a lock) until none is
+# left; worker 0 plays in the tree itself and takes the sandboxes/ plants first, the others in
+# a copy of the working tree.
+worker() {
+    local k=$1 i
+    # (globals of this worker's subshell, for the EXIT trap's restore)
+    backup=$(mktemp -d -p "$work") target=""
+    trap 'restore' EXIT
+    if [ "$k" -gt 0 ]; then
+        local tree="$work/tree$k"
+        mkdir -p "$tree"
+        git ls-files -co --exclude-standard -z | xargs -0 -I{} sh -c '[ -e "$1" ] && cp --parents -P "$1" "$2"' _ {} "$tree"
+        ln -s ../envs "$tree/agentgym/envs" && ln -s ../sandboxes "$tree/agentgym/sandboxes"
+        cd "$tree" && export PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}"
+    else
+        for i in "${!names[@]}"; do
+            [[ "${files[$i]}" == sandboxes/* ]] && one_plant "$i"
+        done
+    fi
+    while i=$(flock "$work/lock" sh -c 'n=$(cat "$1" 2>/dev/null || echo 0); echo $((n + 1)) >"$1"; echo "$n"' _ "$work/next") \
+        && [ "$i" -lt "${#names[@]}" ]; do
+        [[ "${files[$i]}" == sandboxes/* ]] || one_plant "$i"
+    done
+}
+
+restore() { [ -n "${target:-}" ] && [ -f "$backup/file" ] && cp "$backup/file" "$target"; }
 
 # plant_and_run NAME FILE OLD NEW TEST_ID: plants, runs the test (its log in $backup/log, its
 # exit status in rc), and restores the file.
@@ -363,6 +400,18 @@ sabotage "the viewer drawing masked tokens as trained" agentgym/view/viewer.js \
     '      var trained = e.m.charAt(i) !== "";' \
     tests/test_viewer.py::test_the_run_page_shows_every_step_and_the_mask_on_the_exact_tokens
 
+planted=${#names[@]}
+for ((k = 0; k < WORKERS && k < planted; k++)); do
+    worker "$k" &
+done
+wait
+missed_names=()
+for i in "${!names[@]}"; do
+    cat "$work/$i.out" 2>/dev/null || echo "sabotage: ${names[$i]}: NOT run (its worker ended first)"
+    if [ -f "$work/$i.missed" ]; then missed_names+=("$(cat "$work/$i.missed")")
+    elif [ ! -f "$work/$i.out" ]; then missed_names+=("${names[$i]}: not run"); fi
+done
+missed=${#missed_names[@]}
 if [ "$missed" -gt 0 ]; then
     # repeated last, where a log cut to its tail (CI's) still shows them
     printf 'sabotage: NOT caught: %s\n' "${missed_names[@]}"

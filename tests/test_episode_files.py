@@ -5,6 +5,7 @@ versions and advantages as flat arrays, the messages and figures as one JSON doc
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -59,6 +60,37 @@ def test_a_file_holds_each_episodes_tokens_mask_and_figures_by_hand(tmp_path):
     assert first["prompt"] == [{"role": "user", "content": "add"}]
     assert first["turns"][0]["observation"] == [{"role": "tool", "content": "7", "name": "calc"}]
     assert first["turn_spans"] == [[2, 4]] and first["prompt_length"] == 2
+
+
+def split_episode() -> Trajectory:
+    """An episode whose chat template rewrote its history after turn 0: two samples."""
+    first = _episode("t/1", (10, 11, 12, 13), (0, 0, 1, 1), 1.0)
+    turns = (*first.turns, Turn("done", (), 1.0, {}))
+    note = "turn 1: the template re-rendered the conversation from character 9: 'a' became 'b'"
+    return replace(
+        first, tokens=(20, 21, 22, 23, 24), loss_mask=(0, 0, 0, 1, 1), prompt_length=3,
+        logprobs=(0, 0, 0, -0.5, -0.5), turn_spans=((3, 5),), token_versions=(), turns=turns,
+        split_samples=(replace(first, turns=()),), opened_by=note,
+    )  # fmt: skip
+
+
+def test_an_episode_split_into_samples_keeps_each_samples_tokens_and_where_it_split(tmp_path):
+    from agentgym.view.data import episode_view
+
+    t = split_episode()
+    path = write_episodes(tmp_path / "s.npz", [t], [[0.0, 0.0, 0.0, 2.0, 2.0]])
+    meta, arrays = read_episodes(path)
+    (episode,) = meta["episodes"]
+    assert episode["span"] == [0, 5] and episode["opened_by"] == t.opened_by
+    (earlier,) = episode["samples"]
+    assert earlier == {"span": [5, 9], "prompt_length": 2, "turn_spans": [[2, 4]]}
+    assert arrays["tokens"].tolist() == [20, 21, 22, 23, 24, 10, 11, 12, 13]
+    assert arrays["loss_mask"].tolist() == [0, 0, 0, 1, 1, 0, 0, 1, 1]
+    view = episode_view(episode, arrays)
+    assert view["t"] == [20, 21, 22, 23, 24] and view["turns_in"] == [1, 2]
+    (sample,) = view["samples"]
+    assert sample["t"] == [10, 11, 12, 13] and sample["m"] == "0011" and sample["p"] == 2
+    assert sample["turns_in"] == [0, 1] and sample["opened_by"] is None
 
 
 def test_the_share_and_the_cap_keep_tokens_for_the_first_episodes_only(tmp_path):

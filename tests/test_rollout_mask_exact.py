@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import re
 
 import gymnasium as gym
 import pytest
@@ -144,14 +145,18 @@ def test_the_glue_is_what_the_template_writes_after_the_last_assistant_message()
     )
 
 
-def test_a_template_that_rewrites_the_past_is_refused():
+def test_a_template_that_rewrites_the_past_is_caught_naming_where():
     class Counting(CharTokenizer):
         def apply_chat_template(self, messages, add_generation_prompt, tokenize):
             header = f"{len(messages)} messages\n"
             return header + super().apply_chat_template(messages, add_generation_prompt, tokenize)
 
     history = [*OPENING, {"role": "assistant", "content": "hi"}]
-    message = "^the chat template does not render conversations append-only$"
+    # where: the first character the longer rendering changes, and the text there
+    message = re.escape(
+        "the template re-rendered the conversation from character 0: "
+        "'3 messages\\n[1 system]S\\n[' became '4 messages\\n[1 system]S\\n['"
+    )
     with pytest.raises(ValueError, match=message):
         continuation_ids(Counting(), history, [{"role": "tool", "content": "R"}], stopped=True)
 

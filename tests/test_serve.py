@@ -342,6 +342,15 @@ def test_an_episodes_requests_are_one_sample_of_exactly_the_ids_sampled(serve, t
     assert [i for i, m in enumerate(sample.loss_mask) if m] == sorted(sampled)
     assert all(v == (0 if i in sampled else -1) for i, v in enumerate(sample.versions))
     assert sample.prompt_length == len(prompt_ids(tokenizer, HI, [ADD]))
+    # counted as the rollout counts (tokens/checked, tokens/resampled), an error where any differ
+    from agentgym.serve.agents import _check_sampled
+
+    assert sample.sampled == [gen.ids for _, gen in policy.calls]
+    assert _check_sampled([sample], "t", 0) == (sum(len(g.ids) for _, g in policy.calls), 0)
+    start, _ = sample.spans[1]
+    sample.tokens[start] += 1
+    with pytest.raises(AssertionError, match="episode 't' .*sample 0, turn 1: 1 of the ids"):
+        _check_sampled([sample], "t", 0)
 
 
 def test_between_turns_only_the_new_messages_are_rendered_as_the_rollout_renders_them(serve, tiny):

@@ -72,6 +72,49 @@ def test_the_turn_estimator_puts_each_turn_s_value_on_the_ids_it_sampled():
     assert torch.allclose(scaled, values / (0.75 + g.std_eps))  # the group's std is 0.75
 
 
+def test_turn_credit_reaches_each_sample_of_an_episode_whose_history_was_rewritten():
+    from dataclasses import replace
+
+    from agentgym.learn.advantages import with_split_samples
+
+    # member 0: its template rewrote the history after turn 0, so turn 0 sits in an earlier
+    # sample (ids 1 2 | 10 20) and turn 1 in the last one, whose prompt is re-rendered (5 6)
+    whole = _episode(1.0, [0.5, 0.0])  # returns from its turns: 1.0, 0.5
+    earlier = replace(whole, tokens=(1, 2, 10, 20), loss_mask=(0, 0, 1, 1), turns=(),
+                      logprobs=(0, 0, -0.5, -0.5), turn_spans=((2, 4),))  # fmt: skip
+    last = replace(whole, tokens=(5, 6, 11, 21), loss_mask=(0, 0, 1, 1), turn_spans=((2, 4),),
+                   logprobs=(0, 0, -0.5, -0.5), split_samples=(earlier,))  # fmt: skip
+    other = _episode(0.0, [0.0, 0.0])  # returns 0.0, 0.0; its turn 1 after (1 2 10 20 7 8)
+    rewards = torch.tensor([1.0, 0.0])
+    record = StepRecord(
+        1, 0, (), (last, other), rewards=rewards, scorable=torch.tensor([True, True])
+    )
+    g = load_config(overrides={"grpo.credit": "turn", "grpo.group_size": 2,
+                               "grpo.scale_rewards": "none"}).grpo  # fmt: skip
+    out = advantages(record, g)
+    # member 0, turn 0 (in the earlier sample): state (1 2), which `other` shares: 1.0 - 0.0;
+    # turn 1 (in the last sample): state (5 6) nobody shares, so `other`'s turn 1: 0.5 - 0.0.
+    # other, turn 0: 0.0 - 1.0 (the shared state); turn 1: 0.0 - 0.5 (member 0's turn 1)
+    assert out.advantages.tolist() == [
+        [0, 0.5, 0.5, 0, 0, 0, 0, 0, 0],
+        [0, -1.0, -1.0, 0, 0, -0.5, -0.5, 0, 0],
+    ]
+    assert out.split_advantages.tolist() == [[0, 1.0, 1.0]]
+    # the learner's rows: each sample of member 0 weighted 1/2 (split_weights), own values
+    rows, values = with_split_samples(record.trajectories, out.advantages, out.split_advantages)
+    assert rows == [last, other, earlier]
+    assert values.tolist() == [
+        [0, 0.25, 0.25, 0, 0, 0, 0, 0, 0],
+        [0, -1.0, -1.0, 0, 0, -0.5, -0.5, 0, 0],
+        [0, 0.5, 0.5, 0, 0, 0, 0, 0, 0],
+    ]
+    # the group estimator gives no split rows: the earlier sample takes its episode's mean
+    group = advantages(record, g.model_copy(update={"credit": "episode"}))
+    assert group.split_advantages is None
+    rows, values = with_split_samples(record.trajectories, group.advantages)
+    assert values[2].tolist() == [0, 0.25, 0.25, 0, 0, 0, 0, 0, 0]  # (1.0 - 0.5) x 1/2
+
+
 def test_credit_turn_with_another_estimator_named_is_refused_as_the_run_starts():
     g = load_config(overrides={"grpo.credit": "turn", "grpo.advantage": "group"}).grpo
     assert unregistered(g) == {}

@@ -92,6 +92,33 @@ def test_the_run_page_shows_every_step_and_the_mask_on_the_exact_tokens(run, bro
     assert errors == []
 
 
+def test_an_episode_split_into_samples_shows_each_sample_and_where_it_split(run, browser, tmp_path):
+    from test_episode_files import split_episode
+
+    from agentgym.eval.episode_files import write_episodes
+
+    folder = tmp_path / "run"
+    shutil.copytree(run, folder)
+    episode = split_episode()
+    write_episodes(
+        folder / "episodes" / "step-000003.npz", [episode], [[0.0] * 5], extra={"step": 3}
+    )
+    tab, errors = _open(browser, _view(folder))
+    tab.locator("#episodes tr.row").first.click()
+    heads = tab.locator("#detail h4.sample")
+    assert heads.all_inner_texts() == [
+        "sample 1 of 2 \u00b7 turns 0\u20130",
+        "sample 2 of 2 \u00b7 turns 1\u20131",
+    ]
+    notes = tab.locator("#detail p.note").all_inner_texts()
+    assert "the episode's first sample" in notes and f"split at {episode.opened_by}" in notes
+    boxes = tab.locator("#detail .tokens")
+    assert boxes.count() == 2
+    assert boxes.nth(0).locator(".tok").count() == 4 and boxes.nth(1).locator(".tok").count() == 5
+    assert boxes.nth(0).locator(".tok.trained").count() == 2
+    assert errors == []
+
+
 def test_older_steps_load_from_side_files_over_file_urls(run, browser, tmp_path):
     page = tmp_path / "page.html"
     assert main(["view", str(run), "--output", str(page), "--inline-steps", "1"]) == 0

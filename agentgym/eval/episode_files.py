@@ -4,7 +4,9 @@ step (`RUN/episodes/step-000001.npz`) or per evaluated model (`REPORT/episodes-m
 A file holds two kinds of thing. `meta`, one JSON document (UTF-8 bytes): per episode its
 task, group, reward and reward parts, advantage, finish reason, errors, env, category, tool
 counts, prompt messages and turns (action and observation), and, where its tokens are kept,
-its prompt length, turn spans and where its tokens lie in the arrays. And flat arrays of
+its prompt length, turn spans and where its tokens lie in the arrays (an episode split into
+samples, where its history was rewritten: each earlier sample's, under `"samples"`, with
+`"opened_by"`). And flat arrays of
 every kept episode's tokens end to end, so a file of a thousand episodes is six arrays, not
 a thousand JSON lists of integers: `tokens` (int32), `loss_mask` (uint8), `logprobs`
 (float32), `versions` (int32: the policy version that sampled each token, -1 where the
@@ -97,11 +99,11 @@ def write_episodes(
         per_token = advantages[i] if advantages is not None else None
         meta = episode_meta(t, _episode_advantage(t, per_token))
         meta.update(labels[i] if labels is not None else {})
-        cost = len(t.tokens) * BYTES_PER_TOKEN
+        cost = sum(len(s.tokens) for s in (t, *t.split_samples)) * BYTES_PER_TOKEN
         if i < with_tokens and used + cost <= max_bytes:
-            meta["span"] = arrays.add(t, per_token)
-            meta["prompt_length"] = t.prompt_length
-            meta["turn_spans"] = [list(s) for s in t.turn_spans]
+            meta.update(_sample_meta(t, arrays, per_token))
+            if t.split_samples:  # the earlier samples of a rewritten history, then this one
+                meta["samples"] = [_sample_meta(s, arrays, None) for s in t.split_samples]
             used += cost
         episodes.append(meta)
     document: dict[str, Any] = {**(extra or {}), "episodes": episodes}
@@ -117,6 +119,18 @@ def write_episodes(
     staging.write_bytes(buffer.getvalue())
     os.replace(staging, path)
     return path
+
+
+def _sample_meta(
+    t: Trajectory, arrays: _Arrays, per_token: Sequence[float] | None
+) -> dict[str, Any]:
+    """A sample's tokens added to the arrays: where they lie, its prompt length and turn
+    spans, and why it began there (`Trajectory.opened_by`; None for a first sample)."""
+    meta = {"span": arrays.add(t, per_token), "prompt_length": t.prompt_length}
+    meta["turn_spans"] = [list(s) for s in t.turn_spans]
+    if t.opened_by is not None:
+        meta["opened_by"] = t.opened_by
+    return meta
 
 
 def read_episodes(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -6,8 +6,11 @@ is unscorable, `scorable` [N]) and the config's `grpo` section, the advantage of
 target token, [N, T], aligned as `agentgym.types.sampled_targets` aligns them (position t
 is token t + 1 of the trajectory; T is the longest trajectory's length - 1). Only the
 positions of sampled tokens are read; the learner carries the rows through dropped groups,
-micro-batches and packing. Users add theirs with `register_advantage`, as losses are added
-with `agentgym.learn.losses.register_policy_loss`:
+micro-batches and packing. Where episodes were split into samples (a rewritten history,
+`Trajectory.split_samples`), an estimator may give those their own values too: [N + M, T],
+the rows of `all_rows` (else each takes its episode's mean; `with_split_samples`). Users
+add theirs with `register_advantage`, as losses are added with
+`agentgym.learn.losses.register_policy_loss`:
 
     @register_advantage("last_turn_double")
     def last_turn_double(record, grpo):
@@ -146,6 +149,11 @@ def advantages(record: StepRecord, g: GRPOConfig) -> StepRecord:
     name = advantage_name(g)
     values = get_advantage(name)(record, g)
     want = (len(trajectories), target_width(trajectories))
+    splits = [s for t in trajectories for s in t.split_samples]
+    own = None
+    if splits and tuple(values.shape) == (want[0] + len(splits), target_width(all_rows(record))):
+        own = values[want[0] :, : target_width(splits)]
+        values = values[: want[0], : want[1]]
     if tuple(values.shape) != want:
         raise ValueError(
             f"advantage estimator {name!r} returned a tensor of shape "
@@ -153,7 +161,13 @@ def advantages(record: StepRecord, g: GRPOConfig) -> StepRecord:
             "of each trajectory (see agentgym.types.sampled_targets)"
         )
     flat = grpo.flat_groups(record.rewards, g.group_size, scorable=record.scorable)
-    return replace(record, advantages=values, flat_groups=flat)
+    return replace(record, advantages=values, split_advantages=own, flat_groups=flat)
+
+
+def all_rows(record: StepRecord) -> list[Trajectory]:
+    """The trajectories, then each one's split samples in order: the rows an estimator may
+    give values for, [N + M, T] (`StepRecord.split_advantages` keeps the last M)."""
+    return [*record.trajectories, *(s for t in record.trajectories for s in t.split_samples)]
 
 
 def split_weights(count: int) -> list[float]:
@@ -164,19 +178,21 @@ def split_weights(count: int) -> list[float]:
 
 
 def with_split_samples(
-    trajectories: Sequence[Trajectory], advantages: Tensor
+    trajectories: Sequence[Trajectory], advantages: Tensor, own: Tensor | None = None
 ) -> tuple[list[Trajectory], Tensor]:
     """The rows to learn from: the trajectories, then each one's split samples as rows of
     their own, with the advantages [N + M, T'] of them all (`split_weights`).
 
-    A split sample gets its episode's advantage (the mean of its row's advantages over
-    the tokens the row sampled) on every token it sampled; every sample of such an
-    episode, the row itself too, is weighted by `split_weights`. Without split samples,
-    the trajectories and advantages as given.
+    A split sample gets its own advantages where the estimator gave them (`own`, [M, T'']:
+    the turn estimator's), else its episode's (the mean of its row's advantages over the
+    tokens the row sampled) on every token it sampled; every sample of such an episode,
+    the row itself too, is weighted by `split_weights`. Without split samples, the
+    trajectories and advantages as given.
     """
     if not any(t.split_samples for t in trajectories):
         return list(trajectories), advantages
     rows, values = list(trajectories), []
+    weights: list[float] = []
     advantages = advantages.clone()
     sampled = torch.zeros(advantages.shape, dtype=torch.bool)
     targets = sampled_targets(trajectories)[:, : advantages.shape[1]] > 0
@@ -184,13 +200,18 @@ def with_split_samples(
     for i, t in enumerate(trajectories):
         if not t.split_samples:
             continue
-        *earlier, own = split_weights(1 + len(t.split_samples))
+        *earlier, last = split_weights(1 + len(t.split_samples))
         mine = advantages[i][sampled[i]]
         value = float(mine.mean()) if mine.numel() else 0.0
-        advantages[i] *= own
+        advantages[i] *= last
         rows += t.split_samples
-        values += [value * w for w in earlier]
-    extra = sampled_targets(rows[len(trajectories) :]) * torch.tensor(values)[:, None]
+        values += [value] * len(earlier)
+        weights += earlier
+    extra = sampled_targets(rows[len(trajectories) :])
+    if own is None:
+        extra = extra * torch.tensor([v * w for v, w in zip(values, weights, strict=True)])[:, None]
+    else:
+        extra = extra * own[:, : extra.shape[1]].to(extra.dtype) * torch.tensor(weights)[:, None]
     width = max(advantages.shape[1], extra.shape[1])
     out = torch.zeros((len(rows), width), dtype=advantages.dtype)
     out[: len(trajectories), : advantages.shape[1]] = advantages

@@ -98,16 +98,19 @@ def _baseline(
 
 def episode_turns(
     t: Trajectory, reward: float
-) -> tuple[list[float], list[tuple[int, ...]], list[tuple[int, int]]]:
+) -> tuple[list[float], list[tuple[int, ...]], list[tuple[int, int, int]]]:
     """A trajectory's returns from each of its turns (`reward`: the episode's), each turn's
-    state (the ids before it) and its span of sampled ids."""
-    steps = t.step_rewards
-    spans = [span for _, span in steps]
-    rewards = [r for r, _ in steps]
+    state (the ids before it in its sample) and where it sampled: (sample, start, end),
+    sample 0 the first of its samples (`split_samples`, then `t` itself)."""
+    samples = (*t.split_samples, t)
+    spans = [(k, start, end) for k, s in enumerate(samples) for start, end in s.turn_spans]
+    turns = t.turns[max(0, len(t.turns) - len(spans)) :]
+    rewards = [turn.reward for turn, _ in zip(turns, spans, strict=False)]
+    spans = spans[: len(rewards)]  # a last turn cut before its step has no reward
     if rewards:
         rewards[-1] += reward - sum(rewards)  # reward functions, length penalty: at the end
     returns = [sum(rewards[k:]) for k in range(len(rewards))]
-    return returns, [t.tokens[:start] for start, _ in spans], spans
+    return returns, [tuple(samples[k].tokens[:start]) for k, start, _ in spans], spans
 
 
 def turn_targets(
@@ -118,15 +121,22 @@ def turn_targets(
     scales: Sequence[float],
 ) -> Tensor:
     """[N, T] per target token: each turn's advantage on the ids it sampled, aligned as
-    `sampled_targets` (position t predicts token t + 1)."""
+    `sampled_targets` (position t predicts token t + 1). Where episodes were split into
+    samples (a rewritten history), [N + M, T]: the split samples' rows after the N, in
+    order (`agentgym.learn.advantages.all_rows`), each turn's value on its own sample."""
     played = [episode_turns(t, float(r)) for t, r in zip(trajectories, rewards, strict=True)]
     ok = [bool(s) and not torch.isnan(r) for s, r in zip(scorable, rewards, strict=True)]
     returns = [p[0] if good else None for p, good in zip(played, ok, strict=True)]
     values = turn_advantages(returns, [p[1] for p in played], group_size, scales)
-    mask = sampled_targets(trajectories)
+    rows = list(trajectories)
+    where = []  # per trajectory, its samples' rows: the earlier ones, then its own
+    for i, t in enumerate(trajectories):
+        where.append([*range(len(rows), len(rows) + len(t.split_samples)), i])
+        rows += t.split_samples
+    mask = sampled_targets(rows)
     out = torch.zeros_like(mask)
     for i, (per_turn, (_, _, spans)) in enumerate(zip(values, played, strict=True)):
-        for value, (start, end) in zip(per_turn, spans, strict=True):
+        for value, (k, start, end) in zip(per_turn, spans, strict=True):
             if end > start:
-                out[i, start - 1 : end - 1] = value
+                out[where[i][k], start - 1 : end - 1] = value
     return out * mask

@@ -64,7 +64,9 @@ def update(
     if not keep.any():
         return replace(record, stats=stats)
     kept = [t for t, k in zip(trajectories, keep.tolist(), strict=True) if k]
-    kept, kept_advantages = with_split_samples(kept, record.advantages[keep])
+    kept, kept_advantages = with_split_samples(
+        kept, record.advantages[keep], _kept_split(record, keep)
+    )
     batch = Batch.from_trajectories(kept, kept_advantages, pad_id)
     if g.mask_truncated_completions:
         complete = torch.tensor([not t.truncated for t in kept], dtype=batch.loss_mask.dtype)
@@ -75,3 +77,12 @@ def update(
     runs = [step(learner, batch, beta) for _ in range(g.num_iterations)]
     stats.update({key: sum(r[key] for r in runs) / len(runs) for key in runs[0]})
     return replace(record, stats=stats)
+
+
+def _kept_split(record: StepRecord, keep: torch.Tensor) -> torch.Tensor | None:
+    """The rows of `record.split_advantages` that belong to the kept trajectories."""
+    if record.split_advantages is None:
+        return None
+    owners = [i for i, t in enumerate(record.trajectories) for _ in t.split_samples]
+    rows = [row for row, i in enumerate(owners) if keep[i]]
+    return record.split_advantages[rows]

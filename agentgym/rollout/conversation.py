@@ -5,6 +5,7 @@ closing, then the environment's reply) under the chat template.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,6 +62,16 @@ def sampled_text(
     return text.removesuffix(closing) if closing else text
 
 
+def rewrite_note(before: str, after: str, width: int = 24) -> str:
+    """Where a longer rendering stops extending the shorter one: the character, and the
+    text there before and after (the viewer shows it beside a split sample)."""
+    at = len(os.path.commonprefix([before, after]))
+    return (
+        f"the template re-rendered the conversation from character {at}: "
+        f"{before[at : at + width]!r} became {after[at : at + width]!r}"
+    )
+
+
 def continuation_ids(
     tokenizer: PreTrainedTokenizerBase,
     history: list[dict[str, str]],
@@ -84,7 +95,7 @@ def continuation_ids(
     rendered = render_external(tokenizer, history + new_messages, True, tools, len(history))
     after = rendered.text
     if not after.startswith(before):
-        raise HistoryRewritten("the chat template does not render conversations append-only")
+        raise HistoryRewritten(rewrite_note(before, after))
     # what the template puts after the assistant's content: found with a sentinel content,
     # since the real content may be empty or occur earlier in the conversation
     marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]

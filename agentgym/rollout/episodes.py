@@ -71,6 +71,7 @@ class _Episode:
     hung: bool = False  # its env's reset or step timed out: the env is replaced after
     samples: list[Sample] = field(default_factory=list)  # earlier ones: history rewritten
     sampled: list[tuple[int, ...]] = field(default_factory=list)  # each turn's ids, as sampled
+    opened_by: str | None = None  # why the sample now open began there (a rewritten history)
 
 
 TurnBatching = Literal["barrier", "continuous", "ordered"]
@@ -213,9 +214,9 @@ def _advance(
             more = continuation_ids(
                 tokenizer, ep.messages, obs, closing is not None, ep.tools, closing
             )
-        except HistoryRewritten:
+        except HistoryRewritten as note:
             ep.messages.extend(obs)
-            close_sample(ep, prompt_ids(tokenizer, ep.messages, ep.tools))
+            close_sample(ep, prompt_ids(tokenizer, ep.messages, ep.tools), str(note))
             return
         ep.messages.extend(obs)
         ep.tokens.extend(more)
@@ -444,4 +445,5 @@ def _trajectory(ep: _Episode) -> Trajectory:
         env=ep.env_name,
         category=ep.category,
         token_versions=versions(ep) if ep.span_versions else (),
+        opened_by=ep.opened_by,
     )

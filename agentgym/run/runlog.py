@@ -42,6 +42,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     return {
         **tool_metrics(trajectories),
         **env_metrics(trajectories),
+        **sample_metrics(trajectories),
         records.REWARD_MEAN: float(rewards.mean()),
         records.REWARD_STD: float(rewards.std(unbiased=False)),
         records.REWARD_MAX: float(rewards.max()),
@@ -105,9 +106,21 @@ def failure_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float | str
     return out
 
 
+def sample_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """The ids trained on checked against the ids sampled (`tokens/checked`,
+    `tokens/resampled`: every row); and the samples beyond the first of episodes whose
+    history was rewritten (`agent/split_samples`: where any episode counts them)."""
+    out = {
+        records.TOKENS_CHECKED: sum(t.counts.get("tokens_checked", 0.0) for t in trajectories),
+        records.TOKENS_RESAMPLED: sum(t.counts.get("tokens_resampled", 0.0) for t in trajectories),
+    }
+    if any("split_samples" in t.counts for t in trajectories):
+        out[records.SPLIT_SAMPLES] = sum(t.counts.get("split_samples", 0.0) for t in trajectories)
+    return out
+
+
 def tool_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Tool-call counts: calls per episode, and errors per call, overall and by kind; and
-    an agent program's split samples (`agent/split_samples`), summed.
+    """Tool-call counts: calls per episode, and errors per call, overall and by kind.
 
     Empty when no environment reported tool calls.
     """
@@ -118,14 +131,11 @@ def tool_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     if "tool_calls" not in totals:
         return {}
     calls = totals.pop("tool_calls")
-    split = totals.pop("split_samples", None)  # an agent program's episodes (run.agent)
     errors = {k.removeprefix("tool_errors/"): v for k, v in totals.items() if k.startswith("tool_")}
     out = {records.TOOL_CALLS: calls / len(trajectories)}
     out[records.TOOL_ERROR_RATE] = sum(errors.values()) / calls if calls else 0.0
     for kind, n in sorted(errors.items()):
         out[f"{records.TOOL_ERRORS_PREFIX}{kind}"] = n / calls if calls else 0.0
-    if split is not None:
-        out[records.SPLIT_SAMPLES] = split
     return out
 
 

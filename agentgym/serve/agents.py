@@ -33,6 +33,7 @@ from agentgym.extras import require_serve
 from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.rollout.episodes import Job, episode_jobs, turn_stream, use_chat_template
 from agentgym.rollout.player import Submission, Versions, named_object
+from agentgym.rollout.samples import resampled
 from agentgym.serve.engine import Engine
 from agentgym.serve.recorder import Sample
 from agentgym.serve.service import ChatService, Episode
@@ -356,6 +357,7 @@ def _trajectory(
     """The episode as a trajectory: its newest sample, with the earlier ones (the agent
     rewrote its history) in `split_samples`; no tokens when the agent sent no request."""
     samples = episode.recorder.samples
+    checked, differ = _check_sampled(samples, task_id, group)
     rows = [_sample_row(s, task_id, group) for s in samples]
     main = rows[-1] if rows else _sample_row(Sample([], 0, [], [], (), None), task_id, group)
     said = samples[-1].template if samples else []
@@ -371,12 +373,31 @@ def _trajectory(
         counts={
             "tool_calls": float(episode.tool_calls),
             "split_samples": float(episode.recorder.split_samples),
+            "tokens_checked": float(checked),
+            "tokens_resampled": float(differ),
         },
         error=error,
         env=info.env if info else None,
         category=info.category if info else None,
         split_samples=tuple(rows[:-1]),
     )
+
+
+def _check_sampled(samples: list[Sample], task_id: str, group: int) -> tuple[int, int]:
+    """(ids compared, ids that differ) between what each recorded sample trains on and what
+    the engine sampled (`agentgym.rollout.samples.resampled`, the rollout's rule); an
+    AssertionError naming the episode, the sample and the turn where any differ."""
+    checked = differ = 0
+    for index, sample in enumerate(samples):
+        per_turn = resampled(sample.tokens, sample.spans, sample.sampled)
+        checked, differ = checked + sum(map(len, sample.sampled)), differ + sum(per_turn)
+        for turn, n in enumerate(per_turn):
+            if n:
+                raise AssertionError(
+                    f"episode {task_id!r} (group {group}), sample {index}, turn {turn}: "
+                    f"{n} of the ids it trains on are not the ids the policy sampled"
+                )
+    return checked, differ
 
 
 def _unversioned(trajectory: Trajectory) -> Trajectory:
@@ -401,4 +422,5 @@ def _sample_row(sample: Sample, task_id: str, group: int) -> Trajectory:
         truncated=False,
         turn_spans=tuple(sample.spans),
         token_versions=tuple(sample.versions),
+        opened_by=sample.opened_by,
     )

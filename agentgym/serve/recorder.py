@@ -55,6 +55,10 @@ class Sample:
     """The text the last sampled turn closed with (its turn end, or eos); None if cut."""
     marks: list[tuple[int, int, str | None]] = field(default_factory=list)
     """(tokens, template messages, closing) after each sampled turn: where a fork may start."""
+    sampled: list[tuple[int, ...]] = field(default_factory=list)
+    """Each sampled turn's ids as the engine returned them (`spans` says where they sit)."""
+    opened_by: str | None = None
+    """Why the episode has this sample (None for its first)."""
 
     def continued_by(
         self, keys: Sequence[tuple[Any, ...]], tools: tuple[FunctionTool, ...]
@@ -81,6 +85,7 @@ class Sample:
             closing,
         )
         fork.marks = [m for m in self.marks if m[0] <= length]
+        fork.sampled = self.sampled[: len(fork.spans)]
         return fork
 
     def extend(
@@ -93,6 +98,7 @@ class Sample:
             self.versions.extend([-1] * len(ids))
         else:
             self.spans.append((len(self.tokens) - len(ids), len(self.tokens)))
+            self.sampled.append(tuple(sampled.ids))
             self.loss_mask.extend([1] * len(ids))
             self.logprobs.extend(sampled.logprobs)
             self.versions.extend([version] * len(ids))
@@ -131,6 +137,7 @@ class EpisodeRecorder:
         self.tokenizer, self.format, self.native = tokenizer, fmt, native
         self.turn_end: TurnEnd = turn_end or find_turn_end(tokenizer)
         self.samples: list[Sample] = []
+        self.requests = 0  # recorded so far
 
     @property
     def split_samples(self) -> int:
@@ -187,10 +194,20 @@ class EpisodeRecorder:
         sample = prepared.sample
         if not prepared.continued:
             sample.template = list(prepared.new_template)
+            if self.samples:
+                sample.opened_by = (
+                    f"request {self.requests}: its messages and tools extend no earlier sample "
+                    "(the agent edited, summarised or cut its history, or changed the tools)"
+                )
             self.samples.append(sample)
         else:
             if len(sample.tokens) != prepared.base:
+                earlier = next(i for i, s in enumerate(self.samples) if s is sample)
                 sample = sample.fork(prepared.base)
+                sample.opened_by = (
+                    f"request {self.requests}: it continues sample {earlier} as it stood at "
+                    f"{prepared.base} tokens, which another request continued meanwhile"
+                )
                 self.samples.append(sample)
             sample.template.extend(prepared.new_template)
         sample.extend(prepared.new_ids)
@@ -200,3 +217,4 @@ class EpisodeRecorder:
         sample.template.append({"role": "assistant", "content": self.text(prepared, gen)})
         sample.marks.append((len(sample.tokens), len(sample.template), sample.closing))
         sample.seen = [m.key() for m in messages] + [reply.key()]
+        self.requests += 1

@@ -58,15 +58,34 @@ def episode_view(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[st
     }
     if "greedy" in meta:  # an evaluation's: greedy, or its task's sample k
         view["greedy"], view["sample"] = meta["greedy"], meta.get("sample", 0)
-    span = meta.get("span")
-    if span is not None:
-        start, end = span
-        view["t"] = arrays["tokens"][start:end].tolist()
-        view["m"] = "".join(map(str, arrays["loss_mask"][start:end].tolist()))
-        view["l"] = np.round(arrays["logprobs"][start:end].astype(np.float64), 3).tolist()
-        view["v"] = arrays["versions"][start:end].tolist()
-        view["p"] = meta.get("prompt_length", 0)
+    if meta.get("span") is not None:
+        view.update(_tokens(meta, arrays))
+    earlier = meta.get("samples", [])
+    if earlier:  # its chat template or its agent rewrote the history: several samples
+        first = 0
+        view["samples"] = []
+        for sample in earlier:
+            last = first + len(sample.get("turn_spans", []))
+            view["samples"].append({**_tokens(sample, arrays), "turns_in": [first, last]})
+            view["samples"][-1]["opened_by"] = sample.get("opened_by")
+            first = last
+        view["turns_in"], view["opened_by"] = [first, len(meta["turns"])], meta.get("opened_by")
     return view
+
+
+def _tokens(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A sample's kept tokens as the page reads them: ids, mask, logprobs, versions and
+    its prompt's length (empty where its tokens were not kept)."""
+    if meta.get("span") is None:
+        return {}
+    start, end = meta["span"]
+    return {
+        "t": arrays["tokens"][start:end].tolist(),
+        "m": "".join(map(str, arrays["loss_mask"][start:end].tolist())),
+        "l": np.round(arrays["logprobs"][start:end].astype(np.float64), 3).tolist(),
+        "v": arrays["versions"][start:end].tolist(),
+        "p": meta.get("prompt_length", 0),
+    }
 
 
 def _episodes(path: Path, vocab: dict[str, str]) -> list[dict[str, Any]]:

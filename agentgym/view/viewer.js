@@ -135,7 +135,17 @@
     legend.appendChild(el("span", "tok masked", "template, tool result (mask 0)"));
     box.appendChild(legend);
     box.appendChild(info);
-    box.appendChild(tokens(e, info));
+    var samples = (e.samples || []).concat([e]);
+    samples.forEach(function (s, k) {
+      if (samples.length > 1) {
+        var head = "sample " + (k + 1) + " of " + samples.length + " \u00b7 turns " +
+          s.turns_in[0] + "\u2013" + (s.turns_in[1] - 1);
+        box.appendChild(el("h4", "sample", head));
+        box.appendChild(el("p", "note", s.opened_by ? "split at " + s.opened_by :
+          "the episode's first sample"));
+      }
+      box.appendChild(tokens(s, info));
+    });
     return box;
   }
 
