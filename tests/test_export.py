@@ -134,6 +134,10 @@ class LocalHubStandIn:
     root: Path
     calls: list[tuple] = []
 
+    def whoami(self):
+        self.calls.append(("whoami",))
+        return {"name": "me"}
+
     def create_repo(self, repo_id, exist_ok=False):
         self.calls.append(("create_repo", repo_id, exist_ok))
 
@@ -151,9 +155,41 @@ def test_push_to_hub_uploads_the_export_through_huggingface_hub(moved_run, tmp_p
     argv = ["export", str(moved_run), "--output", str(out), "--merge", "--push-to-hub", "me/agent"]
     assert main(argv) == 0
     assert LocalHubStandIn.calls == [
+        ("whoami",),
         ("create_repo", "me/agent", True),
         ("upload_folder", "me/agent", "agentgym export"),
     ]
     uploaded = sorted(p.name for p in (tmp_path / "hub" / "me" / "agent").iterdir())
     assert uploaded == sorted(p.name for p in out.iterdir())
     assert {"README.md", "agentgym.json", "config.json", "model.safetensors"} <= set(uploaded)
+
+
+class LoggedOut(LocalHubStandIn):
+    """The hub as it answers without a token."""
+
+    def whoami(self):
+        self.calls.append(("whoami",))
+        raise OSError("Invalid user token. 401 Client Error: Unauthorized for url: /api/whoami-v2")
+
+
+@pytest.mark.parametrize("where", ["file", "logged-out"])
+def test_export_checks_its_output_and_the_login_before_any_work(
+    moved_run, tmp_path, monkeypatch, capsys, where
+):
+    import huggingface_hub
+
+    LoggedOut.root, LoggedOut.calls = tmp_path / "hub", []
+    monkeypatch.setattr(huggingface_hub, "HfApi", LoggedOut)
+    out = tmp_path / "out"
+    if where == "file":
+        out.write_text("mine")
+        argv = ["export", str(moved_run), "--output", str(out)]
+        want = f"--output {out} is a file; give a new or empty folder"
+    else:
+        argv = ["export", str(moved_run), "--output", str(out), "--push-to-hub", "me/agent"]
+        want = "--push-to-hub me/agent: the hub does not know who you are (Invalid user token."
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert want in err and "Traceback" not in err and len(err.splitlines()) <= 2
+    assert (out.read_text() == "mine") if where == "file" else not out.exists()
+    assert LoggedOut.calls == ([] if where == "file" else [("whoami",)])

@@ -8,6 +8,7 @@ and bad values are errors that name the field; every one is reported at once.
 from __future__ import annotations
 
 import difflib
+import os
 import types
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,6 +28,37 @@ class DuplicateKeyError(yaml.YAMLError):
     """Keys given twice in one mapping of a YAML document, one a line, with both lines."""
 
 
+MAX_YAML_BYTES = int(os.environ.get("AGENTGYM_MAX_CONFIG_BYTES", 1 << 20))
+"""The largest config file read (1 MiB; a config is a few kB). AGENTGYM_MAX_CONFIG_BYTES."""
+MAX_YAML_NODES = 100_000
+"""The most values a YAML document may expand to, aliases counted each time they are used."""
+MAX_YAML_DEPTH = 100
+"""The deepest nesting of mappings and lists a YAML document may have."""
+
+
+class YAMLTooLarge(yaml.YAMLError):
+    """A YAML document past `MAX_YAML_NODES` or `MAX_YAML_DEPTH`: refused before it is built."""
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], depth: int) -> int:
+    """How many values `node` stands for once its aliases are expanded (each subtree counted
+    once per use, computed once); YAMLTooLarge past `MAX_YAML_DEPTH` levels."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if depth > MAX_YAML_DEPTH:
+        raise YAMLTooLarge(
+            f"it nests deeper than {MAX_YAML_DEPTH} levels (line {node.start_mark.line + 1})"
+        )
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, sizes, depth + 1) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            size += _expanded_size(key, sizes, depth + 1) + _expanded_size(value, sizes, depth + 1)
+    sizes[id(node)] = size = min(size, MAX_YAML_NODES + 1)
+    return size
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping.
 
@@ -36,6 +68,12 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """
 
     def construct_document(self, node: yaml.Node) -> Any:
+        expanded = _expanded_size(node, {}, 0)
+        if expanded > MAX_YAML_NODES:
+            raise YAMLTooLarge(
+                f"its aliases expand it to {expanded} values, more than {MAX_YAML_NODES} "
+                "(a config has a few hundred; repeated aliases of aliases grow exponentially)"
+            )
         if found := list(self._duplicates(node, (), set())):
             raise DuplicateKeyError("\n".join(found))
         return super().construct_document(node)
@@ -75,13 +113,47 @@ def read_yaml(path: Path) -> Any:
     where = f"config file {str(path)!r}"
     if not Path(path).is_file():
         raise ConfigError(f"{where} does not exist")
+    size = Path(path).stat().st_size
+    if size > MAX_YAML_BYTES:
+        raise ConfigError(
+            f"{where} is {size} bytes; a config file is at most {MAX_YAML_BYTES} "
+            "(AGENTGYM_MAX_CONFIG_BYTES raises the limit)"
+        )
     try:
-        with Path(path).open() as stream:
+        with Path(path).open(encoding="utf-8") as stream:
             return yaml.load(stream, Loader=UniqueKeyLoader)
     except DuplicateKeyError as err:
         raise ConfigError("\n".join(f"{where}: {line}" for line in str(err).splitlines())) from None
+    except YAMLTooLarge as err:
+        raise ConfigError(f"{where} is refused: {err}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{where} is not valid YAML: {err}") from None
+        raise ConfigError(f"{where} is not valid YAML: {_cut(str(err))}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{where} is refused: it nests deeper than Python's parser goes"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where} is not UTF-8 text ({not_utf8(Path(path))})") from None
+
+
+def not_utf8(path: Path) -> str:
+    """Where a file stops being UTF-8: its line and column."""
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line_start = raw.rfind(b"\n", 0, err.start) + 1
+        line = raw[: err.start].count(b"\n") + 1
+        return f"line {line}, column {err.start - line_start + 1}: byte {raw[err.start]:#04x}"
+    return "a byte the locale's encoding cannot read"
+
+
+def _cut(text: str, most: int = 2000) -> str:
+    """`text`, or its head and tail with what lies between counted (a parser's message may
+    quote a huge line)."""
+    if len(text) <= most:
+        return text
+    return f"{text[: most // 2]} [... {len(text) - most} characters ...] {text[-most // 2 :]}"
 
 
 def _problem(error: Any) -> str:

@@ -27,6 +27,7 @@ import torch
 import yaml
 from transformers import AutoTokenizer
 
+from agentgym.config import ConfigError
 from agentgym.policy.models import adapter_base_name, is_built_in, load_model_and_tokenizer
 from agentgym.run.checkpoint import ADAPTER_DIR, BEST, is_complete, latest_checkpoint, read_state
 
@@ -70,8 +71,12 @@ def export(
         raise ValueError(f"--dtype {dtype!r}; valid: {', '.join(DTYPES)}")
     checkpoint = find_checkpoint(source)
     output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise FileExistsError(f"--output {output} is a file; give a new or empty folder")
     if output.exists() and any(output.iterdir()):
         raise FileExistsError(f"--output {output} is not empty; give a new or empty folder")
+    if push_to_hub is not None:
+        hub_api = logged_in(push_to_hub, hub_api)  # before anything is written
     output.mkdir(parents=True, exist_ok=True)
     adapters = _adapter_folder(checkpoint)
     if merge or adapters is None:
@@ -91,6 +96,25 @@ def export(
     if push_to_hub is not None:
         upload(output, push_to_hub, hub_api)
     return output
+
+
+def logged_in(repo: str, api: Any = None) -> Any:
+    """The hub API, once it says who is logged in; ConfigError naming what to do when no one
+    is (or the hub cannot be reached), before any export is written."""
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+    try:
+        api.whoami()
+    except Exception as err:  # no token, a token refused, no network: each its own type
+        why = str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+        raise ConfigError(
+            f"--push-to-hub {repo}: the hub does not know who you are ({why}); log in "
+            "(`huggingface-cli login`, or set HF_TOKEN) and check the network: nothing was "
+            "exported"
+        ) from None
+    return api
 
 
 def upload(folder: Path, repo: str, api: Any = None) -> None:

@@ -29,6 +29,7 @@ from transformers import (
 
 from agentgym.config import Config, ModelConfig
 from agentgym.policy.chat_templates import apply_chat_template_option
+from agentgym.policy.integrity import check_finite, verify
 from agentgym.policy.random_models import (
     SMOLLM2_SHAPED,
     SMOLLM2_SHAPED_VERSION,
@@ -108,10 +109,17 @@ def load_model_and_tokenizer(
     Raises:
         ModelNotFoundError: The name resolves to nothing loadable on this machine.
         ValueError: The model has no chat template, or no pad or eos token.
+        CheckpointError: A local folder's files differ from its manifest, or its weights
+            hold NaN or infinities (`agentgym.policy.integrity`).
     """
     models_dir = (Path(cache_dir) if cache_dir is not None else model_cache_root()) / "models"
-    if name is not None and _is_adapter_folder(Path(name).expanduser()):
-        return _load_merged_adapter(Path(name).expanduser(), dtype, attn_implementation, cache_dir)
+    local = Path(name).expanduser() if name is not None else None
+    if local is not None and local.is_dir():
+        verify(local)  # a checkpoint's files as its run wrote them (its manifest)
+    if local is not None and _is_adapter_folder(local):
+        merged = _load_merged_adapter(local, dtype, attn_implementation, cache_dir)
+        check_finite(merged[0], f"{local}'s weights")
+        return merged
     if name is None or name in EMBEDDED_NAMES:
         source, local_only = str(_embedded_folder(models_dir)), True
     elif name in built_in_models():
@@ -139,6 +147,8 @@ def load_model_and_tokenizer(
         raise ModelNotFoundError(
             f"cannot load model {display!r}{why}; {_ALTERNATIVES}. Cause: {err}"
         ) from err
+    if local is not None and local.is_dir():
+        check_finite(model, f"{local}'s weights")
     return model, tokenizer
 
 

@@ -4,7 +4,9 @@ A checkpoint folder holds the weights (peft's adapter files for a LoRA run, the
 whole model otherwise), the tokenizer, `config.yaml`, `state.json` (the step
 and whatever the trainer needs to resume: counters, RNG states, the metric
 history) and, for a training checkpoint, `optimizer.pt` (optimizer and
-scheduler state, torch's RNG state). `COMPLETE` is written last. Weights are
+scheduler state, torch's RNG state). `MANIFEST.json` (every file's size and sha256,
+`agentgym.policy.integrity`) then `COMPLETE` are written last; weights that are not finite
+are not saved (the run stops). Weights are
 saved in the dtype they trained in, never upcast: a bf16 model (`model.precision`)
 writes bf16 tensors; peft keeps LoRA adapters in float32, and so do their files.
 `checkpoint-best` of a LoRA run is the whole model with the adapters merged in (what
@@ -38,7 +40,16 @@ import torch
 import yaml
 
 from agentgym.config import Config
+from agentgym.policy.integrity import (
+    CheckpointError,
+    check_finite,
+    read_json,
+    read_torch,
+    verify,
+    write_manifest,
+)
 from agentgym.policy.models import built_in_name
+from agentgym.types import TrainingError
 
 COMPLETE = "COMPLETE"
 BEST = "checkpoint-best"
@@ -68,6 +79,10 @@ def save_checkpoint(
     """
     run_dir = Path(run_dir)
     target = run_dir / (name or f"checkpoint-{step:06d}")
+    try:
+        check_finite(model, f"step {step}'s weights, not saved as {target.name}")
+    except CheckpointError as err:
+        raise TrainingError(f"{err}; the run's earlier checkpoints stay as they were") from None
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=run_dir))
     try:
         _save_weights(model, staging, target, run_dir, merged)
@@ -76,6 +91,7 @@ def save_checkpoint(
         (staging / "state.json").write_text(json.dumps({"step": step, **(state or {})}))
         if trainer is not None:
             torch.save(trainer, staging / "optimizer.pt")
+        write_manifest(staging)
         (staging / COMPLETE).write_text(f"{step}\n")
         _flush_tree(staging)
         old = None
@@ -176,14 +192,16 @@ def prune(run_dir: Path, keep: int) -> None:
 
 
 def read_state(folder: Path) -> dict[str, Any]:
-    """A checkpoint's `state.json`; a clear error when the folder is not a complete one."""
+    """A checkpoint's `state.json`, once its files are verified against its manifest
+    (`agentgym.policy.integrity`); a clear error when the folder is not a complete one."""
     folder = Path(folder)
     if not is_complete(folder):
         raise FileNotFoundError(
             f"{folder} is not a complete checkpoint (no {COMPLETE} file): its write did not "
             "finish, or it is not a checkpoint folder"
         )
-    return json.loads((folder / "state.json").read_text())
+    verify(folder)
+    return read_json(folder / "state.json")
 
 
 def read_trainer(folder: Path) -> dict[str, Any]:
@@ -194,7 +212,8 @@ def read_trainer(folder: Path) -> dict[str, Any]:
             f"{folder} holds no optimizer.pt: it is a model checkpoint (sft, best), not one "
             "a training run can resume from; give a checkpoint-NNNNNN folder"
         )
-    return torch.load(path, weights_only=True)
+    trainer: dict[str, Any] = read_torch(path)
+    return trainer
 
 
 def _flush_tree(folder: Path) -> None:

@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
 from agentgym.config import Config
 from agentgym.eval.heldout import TaskResult
 from agentgym.learn.learner import Learner
 from agentgym.learn.lora import wrap_lora
+from agentgym.policy.integrity import load_tensors
 from agentgym.policy.models import load_configured, resolve_from
 from agentgym.records import CheckpointState
 from agentgym.run.checkpoint import (
@@ -197,10 +197,10 @@ def load_trainable(model, folder: Path) -> None:
     if adapters and hasattr(model, "peft_config"):
         from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model, load_file(adapters[0]))
+        set_peft_model_state_dict(model, load_tensors(adapters[0]))
         return
     missing, unexpected = model.load_state_dict(
-        load_file(folder / "model.safetensors"), strict=False
+        load_tensors(folder / "model.safetensors"), strict=False
     )
     absent = {k for k in missing if not ("lm_head" in k and model.config.tie_word_embeddings)}
     if unexpected or absent:

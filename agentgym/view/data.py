@@ -88,10 +88,47 @@ def _tokens(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, An
     }
 
 
+class UnreadableFile(ValueError):
+    """A run's or a report's file that cannot be read as agentgym writes it; names it."""
+
+
 def _episodes(path: Path, vocab: dict[str, str]) -> list[dict[str, Any]]:
-    meta, arrays = read_episodes(path)
-    vocab.update(meta.get("vocab", {}))
-    return [episode_view(e, arrays) for e in meta["episodes"]]
+    try:
+        meta, arrays = read_episodes(path)
+        vocab.update(meta.get("vocab", {}))
+        return [episode_view(e, arrays) for e in meta["episodes"]]
+    except Exception as err:  # a damaged npz, zip, JSON or array raises each its own type
+        raise UnreadableFile(
+            f"{path}: not an episodes file as agentgym writes it ({type(err).__name__}: "
+            f"{str(err)[:300]}); remove it, or run again with run.episode_tokens"
+        ) from None
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file (blank lines skipped); UnreadableFile naming the
+    line that is not one."""
+    rows = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as err:
+            raise UnreadableFile(f"{path}: line {number} is not JSON ({err})") from None
+        if not isinstance(row, dict):
+            raise UnreadableFile(f"{path}: line {number} is not a JSON object")
+        rows.append(row)
+    return rows
+
+
+def _json_file(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(errors="replace"))
+    except ValueError as err:
+        raise UnreadableFile(f"{path}: not JSON ({err})") from None
+    if not isinstance(value, dict) or not isinstance(value.get("tasks"), dict):
+        raise UnreadableFile(f"{path}: not a report as agentgym eval writes it (no 'tasks')")
+    return value
 
 
 def run_view(folder: Path) -> dict[str, Any]:
@@ -105,9 +142,13 @@ def run_view(folder: Path) -> dict[str, Any]:
             f"{folder}: neither episodes/step-*.npz nor metrics.jsonl; give a training run's "
             "folder (run.output) or an eval report's (holding report.json)"
         )
-    rows = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.is_file() else []
+    rows = _json_lines(metrics) if metrics.is_file() else []
     vocab: dict[str, str] = {}
-    steps = {int(f.stem.removeprefix("step-")): _episodes(f, vocab) for f in files}
+    steps = {
+        int(f.stem.removeprefix("step-")): _episodes(f, vocab)
+        for f in files
+        if f.stem.removeprefix("step-").isdigit()
+    }
     return {
         "kind": "run",
         "title": folder.resolve().name,
@@ -137,7 +178,7 @@ def report_view(folder: Path) -> dict[str, Any]:
     """An eval report folder's page data: per model (and baseline) its episodes, and per
     task the figures of each (greedy correctness, mean reward) and their difference."""
     folder = Path(folder)
-    report = json.loads((folder / "report.json").read_text())
+    report = _json_file(folder / "report.json")
     vocab: dict[str, str] = {}
     models = {
         role: _episodes(folder / f"episodes-{role}.npz", vocab)

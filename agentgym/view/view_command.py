@@ -21,7 +21,7 @@ def view_parser(sub: Any) -> None:
 def cmd_view(args: argparse.Namespace) -> int:
     """Writes the page (and a run's side files); with `--serve`, serves them until Ctrl-C."""
     from agentgym.config import ConfigError
-    from agentgym.view.data import report_view, run_view
+    from agentgym.view.data import UnreadableFile, report_view, run_view
     from agentgym.view.page import write_page
 
     folder = Path(args.folder)
@@ -30,7 +30,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     is_report = (folder / "report.json").is_file()
     try:
         data = report_view(folder) if is_report else run_view(folder)
-    except FileNotFoundError as err:  # a folder with nothing to show: says what it lacks
+    except (FileNotFoundError, UnreadableFile) as err:  # says what it lacks, or names the file
         raise ConfigError(str(err)) from None
     page = write_page(data, args.output or folder / "view.html", inline=args.inline_steps)
     print(f"view written to {page}")

@@ -27,10 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentgym.config.files import not_utf8
 from agentgym.extras import need
 
 FILE_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".csv", ".parquet")
 MAX_LISTED = 50  # problems listed in one error; the rest are counted
+MAX_CELL_CHARS = int(os.environ.get("AGENTGYM_MAX_CELL_CHARS", 1 << 20))
+"""The longest string a cell may hold, at any depth (1 Mi characters, about 250k tokens:
+past any context); AGENTGYM_MAX_CELL_CHARS changes it. A longer one makes its row unreadable."""
+MAX_CELL_DEPTH = int(os.environ.get("AGENTGYM_MAX_CELL_DEPTH", 64))
+"""The deepest nesting of lists and objects in a cell (a tool schema has a few levels);
+AGENTGYM_MAX_CELL_DEPTH changes it."""
 
 
 class DataError(ValueError):
@@ -78,22 +85,52 @@ def _rows(
     splits: Sequence[str] | None = None,
     unreadable: Sequence[tuple[int, str]] = (),
 ) -> Rows:
+    numbers = list(numbers) if numbers is not None else list(range(len(rows)))
+    positions = list(positions) if positions is not None else list(range(len(rows)))
+    large = {i: why for i, row in enumerate(rows) if (why := _too_large(row))}
+    if large:  # past the limits: listed with the unreadable lines, in file order
+        unreadable = sorted(
+            [*unreadable, *((positions[i], f"{where[i]}: {why}") for i, why in large.items())]
+        )
+        kept = [i for i in range(len(rows)) if i not in large]
+        rows, where = [rows[i] for i in kept], [where[i] for i in kept]
+        numbers, positions = [numbers[i] for i in kept], [positions[i] for i in kept]
+        splits = [splits[i] for i in kept] if splits is not None else None
     if not rows:
         if unreadable:
             raise data_error(name, [problem for _, problem in unreadable])
         raise DataError(f"{name} holds no rows; valid: at least two rows (one train, one test)")
     columns = dict.fromkeys(key for row in rows for key in row)
-    indices = tuple(range(len(rows)))
     return Rows(
         name=name,
         rows=tuple(rows),
         where=tuple(where),
-        numbers=tuple(numbers) if numbers is not None else indices,
-        positions=tuple(positions) if positions is not None else indices,
+        numbers=tuple(numbers),
+        positions=tuple(positions),
         columns=tuple(columns),
         splits=tuple(splits) if splits is not None else None,
         unreadable=tuple(unreadable),
     )
+
+
+def _too_large(row: Mapping[str, Any]) -> str | None:
+    """Why `row` is past the limits (`MAX_CELL_CHARS`, `MAX_CELL_DEPTH`), or None."""
+    todo: list[tuple[str, Any, int]] = [(str(key), value, 1) for key, value in row.items()]
+    while todo:
+        column, value, depth = todo.pop()
+        if depth > MAX_CELL_DEPTH:
+            limit = f"{MAX_CELL_DEPTH} levels (AGENTGYM_MAX_CELL_DEPTH)"
+            return f"column {column!r} nests deeper than {limit}"
+        if isinstance(value, str) and len(value) > MAX_CELL_CHARS:
+            return (
+                f"column {column!r} holds a string of {len(value)} characters; at most "
+                f"{MAX_CELL_CHARS} (AGENTGYM_MAX_CELL_CHARS)"
+            )
+        if isinstance(value, Mapping):
+            todo += [(column, v, depth + 1) for v in value.values()]
+        elif isinstance(value, list | tuple):
+            todo += [(column, v, depth + 1) for v in value]
+    return None
 
 
 def read_rows(data: Any, name: str = "data") -> Rows:
@@ -139,8 +176,8 @@ def _read_path(path: str, mtime_ns: int, size: int) -> Rows:
         )
     try:
         text = file.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text ({not_utf8(file)})") from None
     return readers[suffix](path, text)
 
 
@@ -154,6 +191,9 @@ def _read_jsonl(name: str, text: str) -> Rows:
             row = json.loads(line)
         except json.JSONDecodeError as err:
             unreadable.append((number, f"line {number}: not JSON ({err.msg}, column {err.colno})"))
+            continue
+        except RecursionError:
+            unreadable.append((number, f"line {number}: nests too deep to parse"))
             continue
         if not isinstance(row, dict):
             kind = type(row).__name__
@@ -169,6 +209,8 @@ def _read_json(name: str, text: str) -> Rows:
     """A JSON list of objects, or JSON lines (as `datasets` also accepts in a .json file)."""
     try:
         loaded = json.loads(text)
+    except RecursionError:
+        raise DataError(f"{name}: nests too deep to parse") from None
     except json.JSONDecodeError as err:
         if err.msg == "Extra data":  # several values: JSON lines
             return _read_jsonl(name, text)
