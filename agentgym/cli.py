@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from agentgym.config import Config, ConfigError, EvalConfig
 from agentgym.config_cli import add_config_arguments, load, version
 from agentgym.extras import MissingExtraError, require_serve
+from agentgym.serve_cli import serve_parser
 from agentgym.serve_env_cli import cmd_serve_env, serve_env_parser
 from agentgym.view.view_command import cmd_view, view_parser
 
@@ -82,25 +83,6 @@ def _train_parser(sub: Any) -> None:
     )
 
 
-def _serve_parser(sub: Any) -> None:
-    p = sub.add_parser("serve", help="Serve a model behind an OpenAI-compatible endpoint.")
-    p.add_argument("--model", help="path, hub id, 'tiny-random' or 'embedded' (model.name)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
-    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    p.add_argument("--policy", choices=["hf", "vllm"], help="sampling backend (policy.backend)")
-    p.add_argument("--api-key", help="requests must send it as 'Authorization: Bearer <key>'")
-    p.add_argument("--config", type=Path, help="YAML config (model, sampling, run.env_kwargs)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override a config field: run.env_kwargs.tool_format (auto, hermes, react), "
-        "sampling.max_new_tokens (a request's default limit), model.chat_template",
-    )
-
-
 def _export_parser(sub: Any) -> None:
     ex = sub.add_parser("export", help="Write a run's model as a folder other tools load.")
     ex.add_argument("source", type=Path, metavar="RUN_OR_CHECKPOINT")
@@ -144,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.FIELD=VALUE",
         help="override any config field",
     )
-    for add_parser in (_serve_parser, serve_env_parser, view_parser, _export_parser):
+    for add_parser in (serve_parser, serve_env_parser, view_parser, _export_parser):
         add_parser(sub)
     sub.add_parser("envs", help="List the registered agent environments.")
     doctor = sub.add_parser("doctor", help="Check a model's chat template for tool use.")
@@ -364,13 +346,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     require_serve("agentgym serve")
     from agentgym.serve.endpoint import run_serve
+    from agentgym.serve_cli import limits_from
 
     flags = {"model.name": args.model, "policy.backend": args.policy}
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
     config = load(args.config, [*args.overrides, *named])
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: give a port from 1 to 65535")
-    run_serve(config, args.host, args.port, args.api_key)
+    run_serve(config, args.host, args.port, args.api_key, limits_from(args))
     return 0
 
 

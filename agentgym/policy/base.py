@@ -197,7 +197,7 @@ def context_tokens(policy: Any) -> int | None:
     engine = getattr(policy, "max_model_len", None)
     if isinstance(engine, int):
         return engine
-    config = getattr(as_policy(policy).model, "config", None)
+    config = getattr(getattr(as_policy(policy), "model", None), "config", None)
     positions = getattr(config, "max_position_embeddings", None)
     return positions if isinstance(positions, int) else None
 

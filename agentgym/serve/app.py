@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from agentgym.serve.requests import BadRequest
+from agentgym.serve.requests import BadRequest, read_body, too_large
 from agentgym.serve.service import ChatService, UnknownEpisode
 
 
@@ -54,11 +54,12 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
         return service.models()
 
     async def chat(request: Request, episode: str | None) -> Response:
+        limits = service.limits
         try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "the request body is not JSON")
-        try:
+            declared = request.headers.get("content-length") or "0"
+            if declared.isdigit() and int(declared) > limits.max_body_bytes:
+                raise too_large(int(declared), limits)  # refused before it is read
+            body = read_body(await request.body(), limits)
             reply = await service.complete(body, episode)
         except BadRequest as err:
             return JSONResponse(err.body(), status_code=400)

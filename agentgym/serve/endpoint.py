@@ -11,6 +11,7 @@ from agentgym.policy.backend import engine_folder, make_policy
 from agentgym.policy.models import load_configured, place, resolve_model_name
 from agentgym.serve.app import Server, create_app, is_loopback
 from agentgym.serve.engine import Engine
+from agentgym.serve.requests import ServeLimits
 from agentgym.serve.service import ChatService
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,9 @@ def check_host(host: str, api_key: str | None) -> None:
         )
 
 
-def run_serve(config: Config, host: str, port: int, api_key: str | None) -> None:
+def run_serve(
+    config: Config, host: str, port: int, api_key: str | None, limits: ServeLimits | None = None
+) -> None:
     """Loads `model.name` as the config says, and serves it until SIGINT or SIGTERM, after
     which the listener, the engine and the policy are closed and it returns."""
     check_host(host, api_key)
@@ -46,6 +49,7 @@ def run_serve(config: Config, host: str, port: int, api_key: str | None) -> None
         tool_format=kwargs.get("tool_format", "auto"),
         tool_parser=kwargs.get("tool_parser"),
         max_new_tokens=config.sampling.max_new_tokens,
+        limits=limits,
     )
     calls = service.format.name
     print(f"agentgym serve: {service.model_name} at http://{host}:{port}/v1 ({calls} tool calls)")

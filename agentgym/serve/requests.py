@@ -26,6 +26,57 @@ from agentgym.types import ToolCall
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one request may ask of the server (`agentgym serve --max-tokens ...`): each past
+    it is a 400 naming the field and the limit, before any work."""
+
+    max_tokens: int = 4096
+    """The most tokens a request may ask to generate (max_tokens, max_completion_tokens)."""
+    max_n: int = 8
+    """The most choices a request may ask for."""
+    max_body_bytes: int = 8 << 20
+    """The largest request body, in bytes (8 MiB)."""
+    max_json_depth: int = 64
+    """The deepest nesting of lists and objects in a request's JSON."""
+
+
+def too_large(size: int, limits: ServeLimits) -> BadRequest:
+    """The 400 of a body of `size` bytes past `limits.max_body_bytes`."""
+    return BadRequest(
+        None,
+        f"the request body is {size} bytes; this server takes at most "
+        f"{limits.max_body_bytes} (--max-body-bytes)",
+        code="request_too_large",
+    )
+
+
+def read_body(raw: bytes, limits: ServeLimits) -> Any:
+    """A request body's JSON, within `limits` (its size, its nesting); BadRequest otherwise."""
+    if len(raw) > limits.max_body_bytes:
+        raise too_large(len(raw), limits)
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise BadRequest(None, "the request body nests too deep to parse") from None
+    except ValueError:
+        raise BadRequest(None, "the request body is not JSON") from None
+    todo: list[tuple[Any, int]] = [(body, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if depth > limits.max_json_depth:
+            raise BadRequest(
+                None,
+                f"the request body nests deeper than {limits.max_json_depth} levels "
+                "(--max-json-depth)",
+            )
+        if isinstance(value, dict):
+            todo += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            todo += [(v, depth + 1) for v in value]
+    return body
+
+
 class BadRequest(ValueError):
     """A request OpenAI's API would refuse with status 400; `param` names the field."""
 
@@ -248,8 +299,19 @@ def _stop(raw: Any) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def read_request(body: Any, max_new_tokens: int) -> ChatRequest:
-    """The request `body` checked; `max_new_tokens` when it gives no token limit."""
+def _flag(body: Mapping[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(key, f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def read_request(body: Any, max_new_tokens: int, limits: ServeLimits | None = None) -> ChatRequest:
+    """The request `body` checked (within `limits`); `max_new_tokens` when it gives no token
+    limit."""
+    limits = limits or ServeLimits()
     if not isinstance(body, Mapping):
         raise BadRequest(None, "the request body must be a JSON object")
     messages = body.get("messages")
@@ -259,8 +321,8 @@ def read_request(body: Any, max_new_tokens: int) -> ChatRequest:
     if not isinstance(raw_tools, list):
         raise BadRequest("tools", "tools must be a list")
     tools = tuple(_tool(t, i) for i, t in enumerate(raw_tools))
-    limit = _count(body, "max_completion_tokens", None, 1, 1 << 20)
-    limit = _count(body, "max_tokens", limit, 1, 1 << 20)
+    limit = _count(body, "max_completion_tokens", None, 1, limits.max_tokens)
+    limit = _count(body, "max_tokens", limit, 1, limits.max_tokens)
     if _count(body, "top_logprobs", 0, 0, 20):
         raise BadRequest(
             "top_logprobs",
@@ -281,9 +343,9 @@ def read_request(body: Any, max_new_tokens: int) -> ChatRequest:
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
         params=params,
-        n=_count(body, "n", 1, 1, 128) or 1,
-        logprobs=bool(body.get("logprobs", False)),
-        stream=bool(body.get("stream", False)),
+        n=_count(body, "n", 1, 1, limits.max_n) or 1,
+        logprobs=_flag(body, "logprobs"),
+        stream=_flag(body, "stream"),
         seed=seed,
     )
 

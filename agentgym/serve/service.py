@@ -22,7 +22,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from agentgym.env.templates import TemplateFormat
-from agentgym.policy.base import Generation, SamplingParams
+from agentgym.policy.base import Generation, SamplingParams, context_tokens
 from agentgym.policy.turn_end import find_turn_end
 from agentgym.serve.engine import Engine
 from agentgym.serve.recorder import EpisodeRecorder, Prepared
@@ -31,12 +31,16 @@ from agentgym.serve.requests import (
     Call,
     ChatMessage,
     ChatRequest,
+    ServeLimits,
     call_opening,
     offered_tools,
     read_request,
 )
 from agentgym.tools import ToolCallFormat
 from agentgym.tools.native import NativeFormat
+
+EPISODE_LIMITS = ServeLimits(max_tokens=1 << 20, max_n=1 << 20)
+"""What an episode's request may ask (the run's sampling caps it: `_episode_params`)."""
 
 
 class UnknownEpisode(KeyError):
@@ -88,8 +92,11 @@ class ChatService:
         tool_format: str = "auto",
         tool_parser: str | None = None,
         max_new_tokens: int = 512,
+        limits: ServeLimits | None = None,
     ):
         self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
+        self.limits = limits or ServeLimits()
+        self.context = context_tokens(engine.policy)
         self.format: ToolCallFormat = TemplateFormat(tool_format, tool_parser).resolve(tokenizer)
         self.native = isinstance(self.format, NativeFormat)
         self.max_new_tokens = max_new_tokens
@@ -125,7 +132,9 @@ class ChatService:
         recording = None if episode is None else self.episodes.get(episode)
         if episode is not None and recording is None:
             raise UnknownEpisode(episode)
-        request = read_request(body, self.max_new_tokens)
+        # an episode's requests sample within the run's limits whatever they ask
+        limits = self.limits if recording is None else EPISODE_LIMITS
+        request = read_request(body, self.max_new_tokens, limits)
         if recording is not None and request.n != 1:
             raise BadRequest("n", "n must be 1 on an episode's path: an episode is one trajectory")
         recorder = recording.recorder if recording is not None else self.recorder()
@@ -139,6 +148,8 @@ class ChatService:
         params = request.params
         if recording is not None:
             params = self._episode_params(recording, params, prepared)
+        else:
+            params = self._within_context(body, params, len(prepared.prompt))
         streams = self._streams(request, recording)
         futures = [self.engine.submit(prepared.prompt, params, s) for s in streams]
         results = [await asyncio.wrap_future(f) for f in futures]
@@ -163,6 +174,25 @@ class ChatService:
                 "total_tokens": len(prepared.prompt) + completion,
             },
         }
+
+    def _within_context(self, body: Any, params: SamplingParams, prompt: int) -> SamplingParams:
+        """`params` with a token limit the model's context holds beside the prompt: one the
+        request set must fit (else 400 naming both numbers, as OpenAI's); the default is
+        cut to what is left."""
+        if self.context is None:
+            return params
+        asked = isinstance(body, dict) and any(
+            body.get(k) is not None for k in ("max_tokens", "max_completion_tokens")
+        )
+        room = self.context - prompt
+        if room < 1 or (asked and params.max_new_tokens > room):
+            raise BadRequest(
+                "messages",
+                f"this model's maximum context length is {self.context} tokens; the request "
+                f"has {prompt} in its messages and asks for {params.max_new_tokens} more",
+                code="context_length_exceeded",
+            )
+        return replace(params, max_new_tokens=min(params.max_new_tokens, room))
 
     @staticmethod
     def _episode_params(

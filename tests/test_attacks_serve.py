@@ -1,0 +1,103 @@
+"""Attacks on `agentgym serve` (issue 53, item 1, the request checks): each request is held
+to the model's context and to the server's limits (`ServeLimits`: --max-tokens, --max-n,
+--max-body-bytes, --max-json-depth) with OpenAI-shaped 400s before any work; types are
+strict. Before: a prompt past the context was computed (1 MB: busy past 490 s); max_tokens
+up to 2^20 and n up to 128 were accepted; deeply nested JSON was a 500 text/plain
+RecursionError; "logprobs": "false" turned logprobs on."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from test_serve import HI, Recording, _client, serve  # noqa: F401  (a fixture)
+
+from agentgym.policy.hf import HFPolicy
+from agentgym.serve.requests import ServeLimits
+
+
+def _post(url: str, body: bytes) -> tuple[int, dict, float]:
+    """POSTs raw bytes to the chat endpoint: status, JSON body, seconds."""
+    request = urllib.request.Request(
+        f"{url}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read()), time.monotonic() - started
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), time.monotonic() - started
+
+
+def _ask(**fields) -> bytes:
+    return json.dumps({"model": "tiny-random", "messages": HI, **fields}).encode()
+
+
+@pytest.fixture
+def server(serve, tiny):  # noqa: F811
+    policy = Recording(HFPolicy(*tiny))
+    server, _ = serve(policy, limits=ServeLimits(max_tokens=64, max_n=2, max_body_bytes=1 << 16))
+    return server, policy
+
+
+def _refused(status: int, reply: dict, param, words: str) -> None:
+    assert status == 400, reply
+    error = reply["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert words in error["message"], error["message"]
+
+
+def test_a_prompt_past_the_models_context_is_refused_naming_both_numbers(server, tiny):
+    url, policy = server[0].url, server[1]
+    context = tiny[0].config.max_position_embeddings
+    long = [{"role": "user", "content": "hi " * context}]
+    status, reply, seconds = _post(url, _ask(messages=long))
+    _refused(status, reply, "messages", f"maximum context length is {context} tokens")
+    assert reply["error"]["code"] == "context_length_exceeded" and policy.calls == []
+    # a short prompt asking for more than the context leaves: refused too, both numbers named
+    status, reply, _ = _post(
+        url, _ask(max_tokens=64, messages=[{"role": "user", "content": "hi " * (context - 40)}])
+    )
+    _refused(status, reply, "messages", "asks for 64 more")
+    assert policy.calls == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "words"),
+    [
+        ({"max_tokens": 1 << 20}, "max_tokens", "from 1 to 64"),
+        ({"max_completion_tokens": 65}, "max_completion_tokens", "from 1 to 64"),
+        ({"n": 128}, "n", "from 1 to 2"),
+        ({"logprobs": "false"}, "logprobs", "must be true or false, got 'false'"),
+        ({"stream": 1}, "stream", "must be true or false, got 1"),
+    ],
+)
+def test_what_a_request_asks_is_held_to_the_servers_limits(server, fields, param, words):
+    status, reply, _ = _post(server[0].url, _ask(**fields))
+    _refused(status, reply, param, words)
+    assert server[1].calls == []
+
+
+def test_a_body_past_the_size_limit_is_refused_before_it_is_parsed(server):
+    big = _ask(messages=[{"role": "user", "content": "x" * (1 << 17)}])
+    status, reply, _ = _post(server[0].url, big)
+    _refused(status, reply, None, "takes at most 65536 (--max-body-bytes)")
+    assert reply["error"]["code"] == "request_too_large"
+
+
+@pytest.mark.parametrize("depth", [100, 30_000])
+def test_deeply_nested_json_is_a_400_not_a_500(server, depth):
+    body = b'{"model": "m", "messages": ' + b"[" * depth + b"]" * depth + b"}"
+    status, reply, _ = _post(server[0].url, body)
+    assert status == 400 and "nests" in reply["error"]["message"]
+
+
+def test_after_the_attacks_the_server_still_answers(server):
+    client = _client(server[0].url)
+    for body in (_ask(n=128), b"[" * 60_000, _ask(logprobs="false")):
+        _post(server[0].url, body)
+    reply = client.chat.completions.create(model="tiny-random", messages=HI, max_tokens=4)
+    assert reply.choices[0].finish_reason in ("stop", "length")
