@@ -35,8 +35,8 @@ def serve_parser(sub: Any) -> None:
         ("max_json_depth", "the deepest nesting of a request's JSON"),
     ):
         default = getattr(limits, flag)
-        p.add_argument(f"--{flag.replace('_', '-')}", type=int, default=default,
-                       help=f"{what} (default {default}); past it: 400")  # fmt: skip
+        name, words = f"--{flag.replace('_', '-')}", f"{what} (default {default}); past it: 400"
+        p.add_argument(name, type=int, default=default, help=words)
 
 
 def limits_from(args: argparse.Namespace) -> Any:
