@@ -400,6 +400,25 @@ sabotage "the viewer drawing masked tokens as trained" agentgym/view/viewer.js \
     '      var trained = e.m.charAt(i) !== "";' \
     tests/test_viewer.py::test_the_run_page_shows_every_step_and_the_mask_on_the_exact_tokens
 
+# -- checkpoints' integrity, exact ids, credit per sample, serve's limits (issues 52, 53) -----
+
+sabotage "a checkpoint's manifest never read back" agentgym/policy/integrity.py \
+    "    for name, want in files.items():" "    for name, want in list(files.items())[:0]:" \
+    tests/test_attacks_checkpoints.py::test_weights_overwritten_with_nan_are_refused_at_resume_naming_the_file
+
+sabotage "re-tokenised ids counted as none" agentgym/rollout/samples.py \
+    '    ep.counts["tokens_resampled"] = float(sum(differ))' \
+    '    ep.counts["tokens_resampled"] = 0.0' \
+    tests/test_history_rewriting.py::test_a_sample_whose_ids_are_not_the_sampled_ones_is_an_error_naming_episode_and_turn
+
+sabotage "a split sample's own turn credit dropped" agentgym/learn/advantages.py \
+    "    if own is None:" "    if True:" \
+    tests/test_turn_credit.py::test_turn_credit_reaches_each_sample_of_an_episode_whose_history_was_rewritten
+
+sabotage "serve computing a prompt past the model's context" agentgym/serve/service.py \
+    "        if room < 1 or (asked and params.max_new_tokens > room):" "        if False:" \
+    tests/test_attacks_serve.py::test_a_prompt_past_the_models_context_is_refused_naming_both_numbers
+
 planted=${#names[@]}
 for ((k = 0; k < WORKERS && k < planted; k++)); do
     worker "$k" &
