@@ -71,7 +71,9 @@ sandbox-engines:
 
 # -rs: every skipped test is listed with its reason. tests/wheel_smoke.sh installs the built
 # wheel in a fresh venv outside the repository and runs a user's first commands there, beside
-# the vLLM tests (mostly pip's downloads and unpacking; its log is printed after them). Then
+# the vLLM tests (mostly pip's downloads and unpacking; its log is printed after them). The
+# suite runs on every core (pytest-xdist, a file per worker at a time), then the tests marked
+# serial alone (their leak checks count the machine's processes and /tmp). Then
 # tests/sabotage.sh plants bugs, each of which the test named with it must catch
 # (docs/testing.md lists them), one per core side by side.
 test: lint sandbox-engines $(STAMP_VLLM)
@@ -79,7 +81,8 @@ test: lint sandbox-engines $(STAMP_VLLM)
 	  $(MAKE) --no-print-directory test-vllm; vllm=$$?; \
 	  wait $$smoke; wheel=$$?; cat .wheel-smoke.log; rm -f .wheel-smoke.log; \
 	  [ $$vllm -eq 0 ] && [ $$wheel -eq 0 ]
-	$(BIN)/pytest -q -rs
+	$(BIN)/pytest -q -rs -n auto --dist loadfile -m "not serial"
+	$(BIN)/pytest -q -rs -m serial
 	PYTHON=$(BIN)/python bash tests/sabotage.sh
 
 # The vLLM backend's tests, in .venv-vllm (in .venv they skip: vLLM is not installed there).

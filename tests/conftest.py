@@ -46,3 +46,15 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"AGENTGYM_REQUIRE_SANDBOX=1: a sandbox test may not skip: {reason}"
+
+
+SERIAL_FILES = {"test_sandbox_local.py", "test_sandbox_docker.py", "test_sandbox_tree.py"}
+"""Their leak checks count the machine's processes, zombies and /tmp entries: another test
+running beside them would be counted too. `make test` runs the rest on every core
+(pytest-xdist), then these alone (`-m serial`)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
