@@ -42,11 +42,12 @@ def _train(config: Path) -> tuple[int, str, float]:
 
 
 def _bomb(levels: int = 9) -> str:
-    """The billion-laughs shape: each level a list of ten aliases of the one before."""
-    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    """The billion-laughs shape inside a field the config has (`sampling.stop`, a list): each
+    level a list of ten aliases of the one before."""
+    shapes = ['&a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     for k in range(1, levels):
-        lines.append(f"a{k}: &a{k} [" + ",".join([f"*a{k - 1}"] * 10) + "]")
-    return "\n".join(lines) + "\n"
+        shapes.append(f"&a{k} [" + ",".join([f"*a{k - 1}"] * 10) + "]")
+    return "sampling:\n  stop: [" + ", ".join(shapes) + "]\n"
 
 
 def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
