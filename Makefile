@@ -75,8 +75,11 @@ sandbox-engines:
 # suite runs on every core (pytest-xdist, a file per worker at a time), then the tests marked
 # serial alone (their leak checks count the machine's processes and /tmp). Then
 # tests/sabotage.sh plants bugs, each of which the test named with it must catch
-# (docs/testing.md lists them), one per core side by side.
-test: lint sandbox-engines $(STAMP_VLLM)
+# (docs/testing.md lists them), side by side (a worker per core, and one more).
+test: $(STAMP)
+	# ruff and mypy, the Docker engine and .venv-vllm's set-up side by side (pip's downloads
+	# beside mypy), each one's output in one piece
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint sandbox-engines $(STAMP_VLLM)
 	PYTHON=$(BIN)/python bash tests/wheel_smoke.sh >.wheel-smoke.log 2>&1 & smoke=$$!; \
 	  $(MAKE) --no-print-directory test-vllm; vllm=$$?; \
 	  wait $$smoke; wheel=$$?; cat .wheel-smoke.log; rm -f .wheel-smoke.log; \

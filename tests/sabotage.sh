@@ -8,7 +8,7 @@
 #   bash tests/sabotage.sh              # all of them (make test runs this)
 #   bash tests/sabotage.sh mask         # only the plants whose name holds "mask"
 #   PYTHON=.venv/bin/python bash tests/sabotage.sh
-#   SABOTAGE_WORKERS=1 bash tests/sabotage.sh   # one plant at a time (default: one per core)
+#   SABOTAGE_WORKERS=1 bash tests/sabotage.sh   # one plant at a time (default: cores + 1)
 #
 # Plants run side by side, each worker in its own copy of the working tree (worker 1 in the
 # tree itself, the others in copies under a temporary folder, imported through PYTHONPATH),
@@ -24,7 +24,8 @@ PYTHON=${PYTHON:-.venv/bin/python}
 PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")
 ONLY=${1:-}
 LIMIT_S=${SABOTAGE_TIMEOUT_S:-240}
-WORKERS=${SABOTAGE_WORKERS:-$(nproc)}
+# a worker per core and one more: a planted run waits on its imports and subprocesses part of the time
+WORKERS=${SABOTAGE_WORKERS:-$(($(nproc) + 1))}
 # pytest explains a failed assertion in full where CI is set (no "Use -v to get more diff"):
 # a plant's failure is reported here as CI reports it, a slow explanation included
 export CI=${CI:-true}
