@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +45,7 @@ def limits_from(args: argparse.Namespace) -> Any:
     from agentgym.config import ConfigError
     from agentgym.serve.requests import ServeLimits
 
-    values = {
-        "max_tokens": args.max_tokens,
-        "max_n": args.max_n,
-        "max_body_bytes": args.max_body_bytes,
-        "max_json_depth": args.max_json_depth,
-    }
+    values = {f.name: getattr(args, f.name) for f in fields(ServeLimits)}
     for name, value in values.items():
         if value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {value}: give 1 or more")
