@@ -169,11 +169,24 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "distributed.ray_address": getattr(args, "ray_address", None),
     }
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
-    config = load(args.config, [*args.overrides, *named])
+    config = load(_default_run(args), [*args.overrides, *named])
     if config.run.output is None:
         name = config.run.env.replace("/", "_").replace(":", "_")
         config.run.output = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     return config
+
+
+def _default_run(args: argparse.Namespace) -> Path | None:
+    """`--config`; for `train` with neither `--config` nor an env named, the default run's
+    config (shipped with the package: `make train`'s), said in one line."""
+    from agentgym.config.files import DEFAULT_RUN, shipped_config
+
+    names_env = any(o.split("=")[0].strip() in ("run.env", "run.envs") for o in args.overrides)
+    if args.command != "train" or args.config is not None or args.env or names_env:
+        return args.config
+    path = shipped_config(DEFAULT_RUN)
+    print(f"agentgym train: the default run, {path} (`make train`'s; --env or --config: another)")
+    return path
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -33,7 +33,13 @@ import yaml
 from pydantic import BaseModel
 
 from agentgym.config import Config, ConfigError, load_config
-from agentgym.config.files import read_yaml, type_members, unknown_key, unknown_keys
+from agentgym.config.files import (
+    config_path,
+    read_yaml,
+    type_members,
+    unknown_key,
+    unknown_keys,
+)
 from agentgym.config_trl import TRL_ALIASES, TRL_REFUSED
 
 NULLS = frozenset({"null", "Null", "NULL", "None", "none", "~"})
@@ -286,6 +292,7 @@ def load(path: Path | None, items: Sequence[str]) -> Config:
         ConfigError: naming every problem of the file and of the `--set` strings at once.
     """
     problems = []
+    path = config_path(path) if path is not None else None  # a bare name: a shipped config
     try:
         data = read_config_file(path) if path is not None else {}
     except ConfigError as err:

@@ -251,3 +251,44 @@ def test_eval_n_has_eval_n_s_default_and_description(tmp_path, reached_eval, cap
         main(["eval", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"--n N {field.description} (eval.n; default: {field.default})" in text
+
+
+def _config_of(argv: list[str]):
+    from agentgym.cli import build_parser, config_from_args
+
+    return config_from_args(build_parser().parse_args(argv))
+
+
+def test_bare_train_is_the_default_run_from_the_shipped_config_and_says_so(capsys):
+    import yaml
+
+    from agentgym.config.files import shipped_config
+
+    config = _config_of(["train"])
+    shipped = yaml.safe_load(shipped_config("tool_call").read_text())
+    assert config.run.env == shipped["run"]["env"] == "tool_call"
+    assert config.run.env_kwargs == shipped["run"]["env_kwargs"]
+    assert (config.lora.enabled, config.sft.warmup, config.run.steps) == (True, True, 10)
+    assert config.eval.report_tasks == shipped["eval"]["report_tasks"]
+    said = capsys.readouterr().out
+    assert "the default run, " in said and str(shipped_config("tool_call")) in said
+    # flags and --set still apply over it; --steps short-steps the same run
+    assert _config_of(["train", "--steps", "2", "--set", "grpo.beta=0.5"]).run.steps == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["train", "--env", "math"], ["train", "--set", "run.env=math"], ["sft"], ["rft"]],
+)
+def test_naming_an_env_or_another_command_keeps_the_bare_defaults(capsys, argv):
+    config = _config_of(argv)
+    assert (config.run.env, config.lora.enabled) == ("math", False)
+    assert "the default run" not in capsys.readouterr().out
+
+
+def test_config_takes_a_shipped_config_by_name_and_lists_them_when_none_matches(capsys):
+    assert _config_of(["train", "--config", "function_calls"]).run.env == "function_calls"
+    assert _config_of(["train", "--config", "math.yaml"]).run.env == "math"
+    assert main(["train", "--config", "no_such_config", "--model", "tiny-random"]) == 2
+    err = capsys.readouterr().err
+    assert "'no_such_config' does not exist" in err and "tool_call" in err and "math" in err

