@@ -32,7 +32,7 @@ from agentgym.rollout.player import TurnPlayer
 from agentgym.rollout.sampler import InProcessSampler
 from agentgym.run.record import step_metrics
 from agentgym.run.resume import Progress, Trainer
-from agentgym.run.runlog import RunLog, failure_metrics
+from agentgym.run.runlog import RunLog, failure_metrics, step_note
 from agentgym.run.train import train_step
 from agentgym.types import Message, Trajectory, Turn
 
@@ -312,3 +312,17 @@ def test_a_train_step_counts_the_failures_and_logs_their_first_messages(tiny, tm
     assert row["env/first_error"] == "RuntimeError: turn 1 broke"
     assert row["reward/failed"] == 1.0
     assert os.listdir(tmp_path / "tb")  # the strings did not stop the TensorBoard scalars
+    # the console's step line names both first errors where the user looks
+    note = step_note(metrics)
+    assert "reward failed on 1: reward_fns_fixture:raises_if_flagged raised ValueError" in note
+    assert "env failed on 1: RuntimeError: turn 1 broke" in note
+
+
+def test_a_step_line_with_no_scored_episode_says_so_and_cuts_a_long_message_to_one_line():
+    metrics = {"reward/mean": math.nan, "step_seconds": 2.0, "reward/failed": 4.0,
+               "reward/first_error": "m:f raised KeyError: 'x'\n" + "y" * 500}  # fmt: skip
+    note = step_note(metrics)
+    assert note.startswith("reward n/a (no episode scored)  2.0s/step  reward failed on 4: ")
+    assert "\n" not in note and "nan" not in note and note.endswith("...")
+    assert len(note) < 250
+    assert step_note({"reward/mean": 0.5, "step_seconds": 1.0}) == "reward +0.500  1.0s/step"

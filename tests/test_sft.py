@@ -34,13 +34,16 @@ def test_demonstrations_earn_the_best_reward_and_train_only_the_agents_tokens(
         assert sum(demo.loss_mask[: demo.prompt_length]) == 0
 
 
-def test_sft_lowers_the_loss_and_writes_a_checkpoint_train_can_start_from(tmp_path):
+def test_sft_lowers_the_loss_and_writes_a_checkpoint_train_can_start_from(tmp_path, capsys):
     out = tmp_path / "sft"
     argv = ["sft", "--env", "tool_call", "--model", "tiny-random", "--steps", "12"]
     sets = ["--set", "sft.lr=1e-3", "--set", "sft.demonstrations=8", "--set", "sft.batch_size=4"]
     assert main([*argv, "--output", str(out), *sets]) == 0
     losses = [json.loads(x)["sft/loss"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 12
+    said = capsys.readouterr().out  # the console shows each step's loss, first to last
+    assert f"sft: step 12: loss {losses[-1]:.3f}" in said
+    assert f"sft: loss {losses[0]:.3f} -> {losses[-1]:.3f}" in said
     assert sum(losses[-3:]) / 3 < 0.9 * sum(losses[:3]) / 3
     checkpoint = out / "checkpoint-000012"
     argv = ["train", "--env", "tool_call", "--model", str(checkpoint), "--steps", "1"]

@@ -143,7 +143,17 @@ def sft(config: Config) -> Path:
     model, tokenizer = load_configured(config.model.name, config.model)
     model = on_device(model, config)
     out.mkdir(parents=True, exist_ok=True)
-    model, records = warm_up(model, tokenizer, config)
+    with Stages() as stages:  # each step's loss beside the bar (a line a step in a log file)
+        task = stages.stage("sft", config.sft.steps)
+
+        def show(_model, record: dict) -> None:
+            stages.note(task, f"step {record['step']}: loss {record['sft/loss']:.3f}")
+
+        advance = lambda: stages.advance(task)  # noqa: E731
+        model, records = warm_up(model, tokenizer, config, advance=advance, after_step=show)
+        stages.note(
+            task, f"loss {records[0]['sft/loss']:.3f} -> {records[-1]['sft/loss']:.3f}", done=True
+        )
     with open(out / "metrics.jsonl", "a") as log:
         for record in records:
             log.write(json.dumps(record) + "\n")

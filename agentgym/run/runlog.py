@@ -366,10 +366,25 @@ def _finite(value: float | str) -> float | str | None:
 
 
 def step_note(metrics: dict) -> str:
-    """A step's progress note: its reward, time, held-out correctness and level, if any."""
-    note = f"reward {metrics[records.REWARD_MEAN]:+.3f}  {metrics[records.STEP_SECONDS]:.1f}s/step"
+    """A step's progress note: its reward, time, held-out correctness and level, if any, and
+    the first error of a reward function and of the environment, where episodes failed."""
+    reward = metrics[records.REWARD_MEAN]
+    shown = f"{reward:+.3f}" if math.isfinite(reward) else "n/a (no episode scored)"
+    note = f"reward {shown}  {metrics[records.STEP_SECONDS]:.1f}s/step"
     if records.EVAL_CORRECTNESS in metrics:
         note += f"  held-out {metrics[records.EVAL_CORRECTNESS]:.3f}"
     if records.CURRICULUM_LEVEL in metrics:
         note += f"  level {metrics[records.CURRICULUM_LEVEL]}"
+    for count, first, what in (
+        (records.REWARD_FAILED, records.REWARD_FIRST_ERROR, "reward failed"),
+        (records.ENV_ERRORS, records.ENV_FIRST_ERROR, "env failed"),
+    ):
+        if first in metrics:
+            note += f"  {what} on {metrics[count]:.0f}: {_one_line(metrics[first])}"
     return note
+
+
+def _one_line(message: str, most: int = 160) -> str:
+    """An error message on one console line: its lines joined, cut at `most` characters."""
+    text = " ".join(message.split())
+    return text if len(text) <= most else text[: most - 3] + "..."
