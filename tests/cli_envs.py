@@ -138,29 +138,48 @@ def lookup(key: str) -> str:
 
 
 PHONE_BOOK = {"ada": "5551", "alan": "5552", "grace": "5553"}
+NAMES = {"train": ["ada", "alan"], "test": ["grace"]}
 
 
 class LookupEnv(ToolEnv):
     """Asks for a phone number that only the `lookup` tool knows."""
 
+    tool_name = "lookup"
+
     def make_tools(self):
         return [lookup]
 
     def num_tasks(self, split):
-        return len(PHONE_BOOK)
+        return len(NAMES[split])
 
     def task_id(self, split, index):
-        return f"{split}/{sorted(PHONE_BOOK)[index]}"
+        return f"{split}/{NAMES[split][index]}"
 
     def load_task(self, task_id):
         name = task_id.split("/")[1]
-        expected = (ExpectedCall("lookup", {"key": name}),)
+        expected = (ExpectedCall(self.tool_name, {"key": name}),)
         return Task(task_id, f"What is {name}'s number?", answer=PHONE_BOOK[name],
                     metadata={"expected_calls": expected})  # fmt: skip
 
 
-if "cli_envs/Lookup-v0" not in gym.registry:
-    gym.register(id="cli_envs/Lookup-v0", entry_point=LookupEnv, max_episode_steps=3)
+class MiscalledEnv(LookupEnv):
+    """Expects a call of a tool it does not offer: `train`'s preflight refuses it."""
+
+    tool_name = "phone_book"
+
+
+class OverlapDigitsEnv(DigitsEnv):
+    """Its train and test prompts are the same: `train`'s preflight refuses it."""
+
+    def load_task(self, task_id):
+        return Task(task_id=task_id, prompt=f"Write digits only ({task_id.split('/')[-1]}).")
+
+
+for env_id, entry, steps in (("cli_envs/Lookup-v0", LookupEnv, 3),
+                             ("cli_envs/Miscalled-v0", MiscalledEnv, 3),
+                             ("cli_envs/OverlapDigits-v0", OverlapDigitsEnv, 1)):  # fmt: skip
+    if env_id not in gym.registry:
+        gym.register(id=env_id, entry_point=entry, max_episode_steps=steps)
 
 
 class BenchDigitsEnv(TaughtDigitsEnv):

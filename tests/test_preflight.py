@@ -116,6 +116,23 @@ def test_train_refuses_an_invalid_config_naming_the_field(tmp_path, capsys, load
     assert loads == [] and not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ("OverlapDigits-v0", "run.env: 10 sampled train prompts are test prompts: ['Write digits"),
+        ("Miscalled-v0", "run.env: task 'train/ada' expects calls of ['phone_book'], which it "
+         "does not offer; its tools: ['lookup'] (check_agent_env's cheap checks)"),
+    ],
+)  # fmt: skip
+def test_train_runs_the_checkers_cheap_checks_before_a_model_loads(tmp_path, capsys, loads,
+                                                                   env, says):  # fmt: skip
+    out = tmp_path / "run"
+    code = main([*TRAIN, "--env", f"cli_envs:cli_envs/{env}", "--output", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err, err
+    assert loads == [] and not out.exists()
+
+
 def _assert_refused(code: int, capsys, field: str) -> None:
     err = capsys.readouterr().err
     assert code == 2, err

@@ -3,7 +3,8 @@
 Gymnasium's checker covers the Env API; this one covers the contracts of
 `AgentEnv` that GRPO relies on: the G members of a group start from the same
 state (seeded determinism, `options={"task_id": ...}`), observations are
-well-formed chat messages, the train and test splits are disjoint, steps report
+well-formed chat messages, the train and test splits are disjoint, a tool environment's
+expected calls name its tools (`cheap_checks`, which `agentgym train` runs), steps report
 float reward parts, and a finished episode refuses further steps.
 """
 
@@ -15,6 +16,7 @@ import gymnasium as gym
 
 from agentgym.env.core import AgentEnv
 from agentgym.env.spaces import ChatMessages
+from agentgym.env.tool_env import ToolEnv
 from agentgym.types import Message
 
 
@@ -65,21 +67,52 @@ def _check_task_id_option(env: gym.Env, seed: int) -> None:
     )
 
 
+def _sampled_ids(env: AgentEnv, split: str, sample: int) -> list[str]:
+    n = env.num_tasks(split)
+    _require(n > 0, f"num_tasks({split!r}) is {n}")
+    return [env.task_id(split, i) for i in range(0, n, max(1, n // sample))][:sample]
+
+
 def _check_disjoint_splits(env: AgentEnv, sample: int) -> None:
     """Train and test task ids, and their prompts, do not overlap (on a sample)."""
-    ids = {}
-    for split in ("train", "test"):
-        n = env.num_tasks(split)
-        _require(n > 0, f"num_tasks({split!r}) is {n}")
-        step = max(1, n // sample)
-        ids[split] = [env.task_id(split, i) for i in range(0, n, step)][:sample]
+    ids = {split: _sampled_ids(env, split, sample) for split in ("train", "test")}
     shared = set(ids["train"]) & set(ids["test"])
     _require(not shared, f"task ids in both splits: {sorted(shared)[:5]}")
     prompts = {split: {env.load_task(t).prompt for t in ids[split]} for split in ids}
-    _require(
-        not prompts["train"] & prompts["test"],
-        f"{len(prompts['train'] & prompts['test'])} sampled train prompts are test prompts",
-    )
+    both = prompts["train"] & prompts["test"]
+    _require(not both, f"{len(both)} sampled train prompts are test prompts: {sorted(both)[:2]}")
+
+
+def _check_expected_calls(env: gym.Env, sample: int) -> None:
+    """A tool environment's expected calls name tools that their task offers (on a sample)."""
+    agent = env.unwrapped
+    if not isinstance(agent, ToolEnv):
+        return
+    for split in ("train", "test"):
+        for task_id in _sampled_ids(agent, split, sample):
+            env.reset(options={"task_id": task_id})
+            assert agent.task is not None  # reset loaded it
+            expected = {c.name for c in agent.expected_calls(agent.task)}
+            if not expected:
+                continue
+            offered = {s.get("function", s).get("name") for s in agent.tools()}
+            missing = sorted(expected - offered)
+            _require(
+                not missing,
+                f"task {task_id!r} expects calls of {missing}, which it does not offer; its "
+                f"tools: {sorted(offered)}",
+            )
+
+
+def cheap_checks(env: gym.Env, sample: int = 16) -> None:
+    """The checks that load tasks but play no episode, which `agentgym train` runs before a
+    model loads: both splits hold tasks, their ids and prompts are disjoint, and a tool
+    environment's expected calls name tools the task offers (on `sample` tasks a split)."""
+    agent = env.unwrapped
+    _require(isinstance(agent, AgentEnv), f"{type(agent).__name__} is not an agentgym.AgentEnv")
+    assert isinstance(agent, AgentEnv)  # for the type checker: _require raised otherwise
+    _check_disjoint_splits(agent, sample)
+    _check_expected_calls(env, sample)
 
 
 def _check_episode(env: gym.Env, seed: int, max_steps: int) -> None:
@@ -145,6 +178,6 @@ def check_agent_env(
     for seed in seeds:
         _check_task_id_option(env, seed)
         _check_episode(env, seed, max_steps)
-    _check_disjoint_splits(agent_env, sample)
+    cheap_checks(env, sample)
     if agent_env.render_mode == "ansi":
         _require(isinstance(env.render(), str), "render() in 'ansi' mode did not return a str")

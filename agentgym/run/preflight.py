@@ -44,6 +44,7 @@ import gymnasium as gym
 
 from agentgym.config import Config, ConfigError
 from agentgym.config.rules import broken_rules
+from agentgym.env.checker import AgentEnvCheckError, cheap_checks
 from agentgym.env.core import AgentEnv, UnknownEnvError, make_env
 from agentgym.env.mixture import EnvMix
 from agentgym.extras import available, install_hint, require_serve
@@ -218,6 +219,7 @@ def _env_problems(config: Config, command: Command) -> list[Problem]:
             *_readiness_problems(env, "run.env_kwargs", members),
             *_split_problems(config, command, agent),
             *_demonstration_problems(config, command, agent),
+            *_checker_problems(env, command),
         ]
         levels = run.curriculum.levels
         found = level_problem(levels, agent, run.env) if command == "train" else None
@@ -359,6 +361,20 @@ def _split_problems(config: Config, command: Command, agent: AgentEnv) -> list[P
         valid = f"eval.tasks + eval.report_tasks <= {total}"
         problems.append(Problem("eval.report_tasks", f"{why}; valid: {valid}"))
     return problems
+
+
+def _checker_problems(env: gym.Env, command: Command) -> list[Problem]:
+    """`train` runs the checker's cheap checks: disjoint splits (ids and prompts), and
+    expected calls of tools each task offers (`agentgym.env.checker.cheap_checks`)."""
+    if command != "train":
+        return []
+    try:
+        cheap_checks(env)
+    except AgentEnvCheckError as err:
+        return [Problem("run.env", f"{err} (check_agent_env's cheap checks)")]
+    except NotImplementedError:
+        return []  # an env that cannot list its tasks here: its own problems say so
+    return []
 
 
 def _demonstration_problems(config: Config, command: Command, agent: AgentEnv) -> list[Problem]:
