@@ -59,3 +59,15 @@ def text_length(completion, **kwargs):
     """The completion's characters / 100: tokens decode to texts of different lengths, so
     it varies within a group even where no sample writes a digit (tests/test_player.py)."""
     return len(completion) / 100
+
+
+def turn_count(messages, completion, task_id, env_reward, env_reward_parts, turns):
+    """Names `turns`: gets the assistant's turns as a list (their count, checked against the
+    joined `completion`)."""
+    assert isinstance(turns, list) and "\n".join(turns) == completion
+    return float(len(turns))
+
+
+def exact_five(messages, completion, task_id, env_reward, env_reward_parts):
+    """Names only the five arguments, no **kwargs: it must not be given `turns`."""
+    return 1.0

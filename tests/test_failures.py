@@ -139,6 +139,17 @@ def test_a_reward_function_gets_the_whole_conversation(told):
     assert scored.reward_parts["as_told"] == 4.0
 
 
+def test_turns_is_a_list_of_the_assistants_turns_for_a_function_that_names_it():
+    two = Turn("Let me look.", (Message("tool", "4"),), 0.0, {})
+    first = _trajectory()
+    episode = replace(first, turns=(two, *first.turns))
+    with _functions("turn_count", "exact_five") as fns:
+        (scored,) = fns.score([episode])
+    assert scored.reward_error is None, scored.reward_error
+    assert scored.reward_parts["turn_count"] == 2.0  # ["Let me look.", "The answer is 4."]
+    assert scored.reward_parts["exact_five"] == 1.0  # called without `turns`
+
+
 @pytest.mark.parametrize(
     ("task_id", "message"),
     [
@@ -212,7 +223,7 @@ def test_close_ends_the_worker():
                                    "import module 'no_such_module_xyz'"),
         (["reward_fns_fixture:half", "reward_fns_fixture:nope"],
          "rewards.functions[1].fn = 'reward_fns_fixture:nope': module 'reward_fns_fixture' has "
-         "no function 'nope'; its functions: as_told, digit_share, half, raises_if_flagged,"),
+         "no function 'nope'; its functions: as_told, digit_share, exact_five, half,"),
         (["reward_fns_fixture:takes_no_kwargs"], "give it **kwargs"),
         (["reward_fns_fixture:half", "test_failures:half"],
          "rewards.functions[1].fn = 'test_failures:half': the name 'half' is taken by "

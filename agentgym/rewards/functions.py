@@ -51,6 +51,9 @@ from agentgym.types import Trajectory
 
 ARGUMENTS = ("messages", "completion", "task_id", "env_reward", "env_reward_parts")
 """The keyword arguments every reward function is called with."""
+OPTIONAL = ("turns",)
+"""Keyword arguments a function gets when its signature names them (or takes **kwargs):
+`turns`, the assistant's turns as a list of strings (TRL's completions shape)."""
 
 _START_TIMEOUT_S = 120.0  # a fresh worker imports torch (through agentgym) and the user's modules
 
@@ -200,7 +203,8 @@ class RewardFunctions:
 
 
 def episode_kwargs(trajectory: Trajectory) -> dict[str, Any]:
-    """The keyword arguments (ARGUMENTS) a reward function gets for one episode."""
+    """The keyword arguments (ARGUMENTS and OPTIONAL) a reward function may get for one
+    episode; `_serve` leaves out the optional ones its function does not take."""
     messages = [m.to_dict() for m in trajectory.prompt_messages]
     for turn in trajectory.turns:
         messages.append({"role": "assistant", "content": turn.action})
@@ -208,6 +212,7 @@ def episode_kwargs(trajectory: Trajectory) -> dict[str, Any]:
     return {
         "messages": messages,
         "completion": "\n".join(turn.action for turn in trajectory.turns),
+        "turns": [turn.action for turn in trajectory.turns],
         "task_id": trajectory.task_id,
         "env_reward": trajectory.reward,
         "env_reward_parts": dict(trajectory.reward_parts),
@@ -239,7 +244,8 @@ def _check(index: int, path: str) -> None:
             f"its functions: {', '.join(defined) or 'none'}"
         )
     try:
-        inspect.signature(fn).bind(**dict.fromkeys(ARGUMENTS))
+        named = [n for n in OPTIONAL if _takes(fn, n)]
+        inspect.signature(fn).bind(**dict.fromkeys([*ARGUMENTS, *named]))
     except TypeError as err:
         raise ConfigError(
             f"{field}: the function cannot be called with the keyword arguments "
@@ -268,12 +274,23 @@ def _serve(conn: Connection, paths: list[str]) -> None:
         conn.send((False, f"importing the functions raised {type(err).__name__}: {err}"))
         return
     conn.send((True, None))
+    dropped = [{n for n in OPTIONAL if not _takes(fn, n)} for fn in functions]
     while True:
         try:
             index, kwargs = conn.recv()
         except EOFError:
             return
-        conn.send(_apply(functions[index], kwargs))
+        given = {k: v for k, v in kwargs.items() if k not in dropped[index]}
+        conn.send(_apply(functions[index], given))
+
+
+def _takes(fn: Callable[..., Any], name: str) -> bool:
+    """Whether `fn` takes the keyword argument `name` (by that name, or as **kwargs)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except ValueError:  # no signature to read (a builtin)
+        return False
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _apply(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[bool, float | str]:
