@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agentgym.cli_flags import add_config_arguments, parse
 from agentgym.config import Config, ConfigError, EvalConfig
-from agentgym.config_cli import add_config_arguments, load, version
+from agentgym.config_cli import load, version
 from agentgym.extras import MissingExtraError, require_serve
 from agentgym.serve_cli import serve_parser
 from agentgym.serve_env_cli import cmd_serve_env, serve_env_parser
@@ -151,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="config overrides; model.chat_template and run.env_kwargs.tool_parser are read",
     )
     for name in ("train", "sft", "rft", "eval"):
-        add_config_arguments(sub.choices[name])  # last: every field, as --section.field VALUE
+        add_config_arguments(sub.choices[name], command=name)  # last: --section.field VALUE
     return parser
 
 
@@ -411,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from agentgym.policy.models import ModelNotFoundError
     from agentgym.run.interrupt import TrainingError
 
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), sys.argv[1:] if argv is None else argv)
     commands = {
         "train": cmd_train,
         "sft": cmd_sft,

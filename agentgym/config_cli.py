@@ -151,7 +151,7 @@ def _parse_item(item: str) -> tuple[list[str], Any]:
 def resolve(key: str) -> tuple[list[str], Any]:
     """The path and declared type of a dotted key; TRL's names resolve to ours."""
     parts = key.split(".")
-    if parts[-1] in TRL_REFUSED and len(parts) <= 2 and _declared(parts) is None:
+    if parts[-1] in TRL_REFUSED and len(parts) <= 2 and declared(parts) is None:
         raise ConfigError(f"{key!r} is not accepted: {TRL_REFUSED[parts[-1]]}")
     alias = TRL_ALIASES.get(parts[-1], "")
     if (len(parts) == 1 and alias) or (len(parts) == 2 and alias.startswith(f"{parts[0]}.")):
@@ -201,6 +201,9 @@ def _read_node(annotation: Any, node: yaml.Node, key: str) -> Any:
                 return _scalar(kind, node.value)
             except ValueError:
                 continue
+        text_lists = [m for m in lists if get_args(m) and _takes_any_text(get_args(m)[0])]
+        if text_lists and node.value.strip():  # one item, as HF's parsers take `--x a`
+            return [_scalar(get_args(text_lists[0])[0], node.value)]
     elif isinstance(node, yaml.SequenceNode) and lists:
         item = get_args(lists[0])[0] if get_args(lists[0]) else Any
         return [_read_node(item, n, f"{key}[{i}]") for i, n in enumerate(node.value)]
@@ -229,7 +232,7 @@ def _value_type(kind: Any, name: str) -> Any:
     return get_args(kind)[1] if get_args(kind) else Any
 
 
-def _declared(parts: list[str]) -> Any:
+def declared(parts: list[str]) -> Any:
     """The annotation of a dotted path of model fields, or None where there is no such field."""
     annotation: Any = Config
     for part in parts:
@@ -312,71 +315,6 @@ def load(path: Path | None, items: Sequence[str]) -> Config:
         if path is None:
             raise
         raise ConfigError(f"{err}\n  (config file {str(path)!r}, then --set and flags)") from None
-
-
-# ---- argparse -----------------------------------------------------------------------
-
-
-class _ConfigAction(argparse.Action):
-    """`--section.field VALUE` or a TRL name: appends `key=VALUE` to the list `--set` fills,
-    or, for a TRL name that means something else here, fails naming the fields to use."""
-
-    def __init__(self, option_strings, dest, key: str = "", refused: str = "", **kwargs) -> None:
-        kwargs["default"] = argparse.SUPPRESS  # sets nothing unless given: `--set` owns dest
-        super().__init__(option_strings, dest, **kwargs)
-        self.key, self.refused = key, refused
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        if self.refused:
-            raise argparse.ArgumentError(self, f"not accepted: {self.refused}")
-        items = getattr(namespace, self.dest, None) or []
-        setattr(namespace, self.dest, [*items, f"{self.key}={values}"])
-
-
-def add_config_arguments(parser: argparse.ArgumentParser, dest: str = "overrides") -> None:
-    """Adds every config field as `--section.field VALUE`, one argument group per section,
-    then TRL's names; each appends `key=VALUE` to `dest`, the list `--set` fills.
-
-    Call it after the parser's own arguments: it fixes the usage line to those.
-    """
-    own = parser.format_usage().removeprefix("usage: ").rstrip().replace("%", "%%")
-    indent = " " * len(f"usage: {parser.prog} ")
-    parser.usage = f"{own}\n{indent}[--SECTION.FIELD VALUE ...]"
-    docs = list(field_docs())
-    to_set: dict[str, Any] = {"action": _ConfigAction, "dest": dest}
-    for section in Config.model_fields:
-        title = f"{section} (--{section}.FIELD VALUE, or --set {section}.FIELD=VALUE)"
-        group = parser.add_argument_group(title)
-        for doc in (d for d in docs if d.key.split(".")[0] == section and "[]" not in d.key):
-            metavar = _metavar(doc.annotation)
-            kind = "" if metavar == type_name(doc.annotation) else f"{type_name(doc.annotation)}, "
-            text = f"{doc.description} ({kind}default: {doc.default})"
-            for item in (d for d in docs if d.key.startswith(f"{doc.key}[].")):
-                text += f" Each item's {item.key.rpartition('.')[2]}: {item.description} "
-                text += f"({type_name(item.annotation)}, {item.default})"
-            help_text = text.replace("%", "%%")
-            group.add_argument(
-                f"--{doc.key}", key=doc.key, metavar=metavar, help=help_text, **to_set
-            )
-    trl = parser.add_argument_group("TRL's names", "GRPOConfig's names, where they mean ours")
-    for name, key in TRL_ALIASES.items():
-        metavar = _metavar(_declared(key.split(".")))
-        trl.add_argument(f"--{name}", key=key, metavar=metavar, help=f"same as --{key}", **to_set)
-    for name, why in TRL_REFUSED.items():
-        help_text = f"refused: {why}".replace("%", "%%")
-        trl.add_argument(
-            f"--{name}", refused=why, nargs="?", metavar="VALUE", help=help_text, **to_set
-        )
-
-
-def _metavar(annotation: Any) -> str:
-    kinds = [m for m in type_members(annotation) if m is not type(None)]
-    if len(kinds) == 1 and get_origin(kinds[0]) is Literal:
-        return type_name(kinds[0])
-    names = {list: "LIST", dict: "DICT"}
-    return "|".join(
-        names.get(get_origin(k), getattr(k, "__name__", "VALUE").upper()) for k in kinds
-    )
 
 
 # ---- the reference and the version ---------------------------------------------------

@@ -33,6 +33,7 @@ TRL_ALIASES: dict[str, str] = {
     "vllm_max_model_length": "policy.max_model_len",
     "seed": "run.seed",
     "output_dir": "run.output",
+    "report_to": "run.report_to",
     "gradient_checkpointing": "model.gradient_checkpointing",
 }
 

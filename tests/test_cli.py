@@ -292,3 +292,66 @@ def test_config_takes_a_shipped_config_by_name_and_lists_them_when_none_matches(
     assert main(["train", "--config", "no_such_config", "--model", "tiny-random"]) == 2
     err = capsys.readouterr().err
     assert "'no_such_config' does not exist" in err and "tool_call" in err and "math" in err
+
+
+# ---- flags: help per command, both spellings, suggestions -----------------------------
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "rft", "eval"])
+def test_each_commands_help_fits_a_screen_and_help_all_lists_its_sections(capsys, command):
+    from agentgym.cli_flags import SECTIONS
+
+    for flag in ("--help", "--help-all"):
+        with pytest.raises(SystemExit) as done:
+            main([command, flag])
+        assert done.value.code == 0
+        text = capsys.readouterr().out
+        if flag == "--help":
+            assert len(text.splitlines()) <= 150 and "--grpo.beta" not in text
+            assert f"sections {', '.join(SECTIONS[command])} is also a flag" in " ".join(
+                text.split()
+            )
+    assert ("--grpo.beta" in text) == ("grpo" in SECTIONS[command])  # --help-all's
+    assert "--model.name" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["eval", "--beta", "0.5"], "argument --beta: not accepted: agentgym eval does not read "
+         "the 'grpo' section; it reads model, sampling, eval, run, policy, rewards"),
+        (["eval", "--num_generations", "3"], "does not read the 'grpo' section"),
+        (["sft", "--sampling.temperature", "0.5"], "agentgym sft does not read the 'sampling'"),
+        (["train", "--stpes", "3"], "unrecognized arguments: --stpes (did you mean --steps?) 3"),
+        (["eval", "--taks", "3"], "(did you mean --tasks?)"),
+        (["train", "--grpo.bta", "0.1"], "--grpo.bta (did you mean --grpo.beta"),
+    ],
+)  # fmt: skip
+def test_a_flag_the_command_does_not_take_is_refused_by_name(capsys, argv, says):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert says in " ".join(capsys.readouterr().err.split())
+
+
+def test_every_flag_takes_hyphens_or_underscores():
+    from agentgym.cli import build_parser
+    from agentgym.cli_flags import parse
+
+    args = parse(build_parser(), ["train", "--output-dir", "o", "--eval.save-episodes", "none",
+                                  "--grpo.group-size=3", "--report_to", "none"])  # fmt: skip
+    assert args.overrides == ["run.output=o", "eval.save_episodes=none", "grpo.group_size=3",
+                              "run.report_to=none"]  # fmt: skip
+    args = parse(build_parser(), ["eval", "--save_episodes", "failures", "--output_dir", "r"])
+    assert (args.save_episodes, args.overrides) == ("failures", ["run.output=r"])
+    args = parse(build_parser(), ["train", "--rollout_workers", "2", "--ray_address=auto"])
+    assert (args.rollout_workers, args.ray_address) == (2, "auto")
+
+
+@pytest.mark.parametrize(
+    ("value", "trackers"),
+    [("none", []), ("wandb", ["wandb"]), ("tensorboard,wandb", ["tensorboard", "wandb"]),
+     ("[mlflow]", ["mlflow"]), ("[none]", [])],
+)  # fmt: skip
+def test_report_to_takes_trls_forms(value, trackers):
+    assert _config_of(["train", "--env", "math", "--report_to", value]).run.report_to == trackers

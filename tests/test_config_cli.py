@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from agentgym.cli_flags import add_config_arguments
 from agentgym.config import Config, ConfigError, load_config
 from agentgym.config_cli import (
     NULLS,
-    add_config_arguments,
     load,
     main,
     markdown,
@@ -384,3 +384,16 @@ def test_docs_configs_md_is_the_commands_output(capsys):
 def test_version_is_the_projects():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert version() == project["version"]
+
+
+def test_load_config_takes_dotted_keys_or_sections_and_refuses_other_shapes_by_name():
+    both = load_config(overrides={"grpo": {"beta": 0.5, "group_size": 3}, "run.env": "code"})
+    assert (both.grpo.beta, both.grpo.group_size, both.run.env) == (0.5, 3, "code")
+    assert load_config(overrides={"grpo.beta": 0.3}).grpo.beta == 0.3
+    kwargs = load_config(overrides={"run": {"env_kwargs": {"families": ["sql"]}}}).run.env_kwargs
+    assert kwargs == {"families": ["sql"]}
+    for shape in (["grpo.beta=0.1"], "grpo.beta=0.1"):
+        with pytest.raises(ConfigError, match=r"overrides: got a (list|str); valid: a dict"):
+            load_config(overrides=shape)
+    with pytest.raises(ConfigError, match=r"unknown config key 'grpo.bta' \(did you mean"):
+        load_config(overrides={"grpo": {"bta": 1}})

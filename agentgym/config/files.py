@@ -188,11 +188,30 @@ def _problem(error: Any) -> str:
 
 
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Builds a Config from an optional YAML file and dotted-key overrides.
+    """Builds a Config from an optional YAML file and overrides, the file's values replaced
+    field by field.
+
+    `overrides` maps dotted keys to values, `{"grpo.beta": 0.1, "run.env": "tool_call"}`,
+    or sections to their fields, `{"grpo": {"beta": 0.1}}`; values are Python values, not
+    text (`agentgym.config_cli.load(path, ["grpo.beta=0.1"])` reads `--set` strings).
 
     Raises:
-        ConfigError: naming every unknown key, duplicate key and invalid value at once.
+        ConfigError: naming every unknown key, duplicate key and invalid value at once, or
+            overrides of another shape.
     """
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ConfigError(
+            f"overrides: got a {type(overrides).__name__}; valid: a dict of dotted keys "
+            "({'grpo.beta': 0.1}) or of sections ({'grpo': {'beta': 0.1}}); for --set "
+            "strings, agentgym.config_cli.load(path, ['grpo.beta=0.1'])"
+        )
+    overrides = {
+        f"{key}.{field}" if "." not in key and isinstance(value, dict) else key: inner
+        for key, value in (overrides or {}).items()
+        for field, inner in (
+            value.items() if "." not in key and isinstance(value, dict) else [(None, value)]
+        )
+    }
     data: dict[str, Any] = {}
     if path is not None:
         loaded = read_yaml(path) or {}

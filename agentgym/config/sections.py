@@ -215,6 +215,16 @@ class RunConfig(Section):
             data = {**data, "report_to": on + others, "tensorboard": None}
         return data
 
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _trl_report_to(cls, value: Any) -> Any:
+        """TRL's forms too: one tracker as a string, "a,b", and "none" (or ["none"]) for none."""
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = [name.strip() for v in value for name in v.split(",") if name.strip()]
+        return [] if value in (["none"], ["None"]) else value
+
     @model_validator(mode="before")
     @classmethod
     def _mix(cls, data: Any) -> Any:
