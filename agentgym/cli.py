@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agentgym.cli_flags import add_config_arguments, parse
+from agentgym.cli_flags import add_config_arguments, default_run, names_env, parse
 from agentgym.config import Config, ConfigError, EvalConfig
 from agentgym.config_cli import load, version
 from agentgym.extras import MissingExtraError, require_serve
@@ -170,24 +170,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "distributed.ray_address": getattr(args, "ray_address", None),
     }
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
-    config = load(_default_run(args), [*args.overrides, *named])
+    config = load(default_run(args), [*args.overrides, *named])
     if config.run.output is None:
         name = config.run.env.replace("/", "_").replace(":", "_")
         config.run.output = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     return config
-
-
-def _default_run(args: argparse.Namespace) -> Path | None:
-    """`--config`; for `train` with neither `--config` nor an env named, the default run's
-    config (shipped with the package: `make train`'s), said in one line."""
-    from agentgym.config.files import DEFAULT_RUN, shipped_config
-
-    names_env = any(o.split("=")[0].strip() in ("run.env", "run.envs") for o in args.overrides)
-    if args.command != "train" or args.config is not None or args.env or names_env:
-        return args.config
-    path = shipped_config(DEFAULT_RUN)
-    print(f"agentgym train: the default run, {path} (`make train`'s; --env or --config: another)")
-    return path
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -281,7 +268,7 @@ def cmd_rft(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agentgym.eval.command import run_benchmarks, run_eval
+    from agentgym.eval.command import as_trained, run_benchmarks, run_eval, sized_to_split
     from agentgym.run.preflight import check
     from agentgym.scale.players import make_player
 
@@ -297,6 +284,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     }
     named = [f"{k}={v}" for k, v in flags.items() if v is not None]
     config = load(args.config, [*args.overrides, *named])
+    if not config.eval.benchmarks:  # a checkpoint's own env, and no more tasks than it holds
+        named_env = args.env or args.config or names_env(args.overrides, kwargs=True)
+        config = sized_to_split(as_trained(config, bool(named_env)))
     n = config.eval.n  # >= 0, as its Field says
     k = args.k if args.k is not None else max(n, 1)
     if (n and not 1 <= k <= n) or (not n and args.k):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import difflib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal, get_origin
 
 from agentgym.config import Config
@@ -209,3 +210,23 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
     if extra:
         commands[args.command].error(unknown_flags(extra, commands[args.command]))
     return args
+
+
+def names_env(overrides: Sequence[str], kwargs: bool = False) -> bool:
+    """Whether `--set` strings name the environment (`run.env`, `run.envs`; with `kwargs`,
+    also its options, `run.env_kwargs` and keys within it)."""
+    keys = [o.split("=")[0].strip() for o in overrides]
+    found = any(k in ("run.env", "run.envs") for k in keys)
+    return found or (kwargs and any(k.split(".")[:2] == ["run", "env_kwargs"] for k in keys))
+
+
+def default_run(args: argparse.Namespace) -> Path | None:
+    """`--config`; for `train` with neither `--config` nor an env named, the default run's
+    config (shipped with the package: `make train`'s), said in one line."""
+    from agentgym.config.files import DEFAULT_RUN, shipped_config
+
+    if args.command != "train" or args.config is not None or args.env or names_env(args.overrides):
+        return args.config
+    path = shipped_config(DEFAULT_RUN)
+    print(f"agentgym train: the default run, {path} (`make train`'s; --env or --config: another)")
+    return path

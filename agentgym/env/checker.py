@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 
-from agentgym.env.core import AgentEnv
+from agentgym.env.core import SPLITS, AgentEnv, Split
 from agentgym.env.spaces import ChatMessages
 from agentgym.env.tool_env import ToolEnv
 from agentgym.types import Message
@@ -67,7 +67,7 @@ def _check_task_id_option(env: gym.Env, seed: int) -> None:
     )
 
 
-def _sampled_ids(env: AgentEnv, split: str, sample: int) -> list[str]:
+def _sampled_ids(env: AgentEnv, split: Split, sample: int) -> list[str]:
     n = env.num_tasks(split)
     _require(n > 0, f"num_tasks({split!r}) is {n}")
     return [env.task_id(split, i) for i in range(0, n, max(1, n // sample))][:sample]
@@ -75,7 +75,7 @@ def _sampled_ids(env: AgentEnv, split: str, sample: int) -> list[str]:
 
 def _check_disjoint_splits(env: AgentEnv, sample: int) -> None:
     """Train and test task ids, and their prompts, do not overlap (on a sample)."""
-    ids = {split: _sampled_ids(env, split, sample) for split in ("train", "test")}
+    ids = {split: _sampled_ids(env, split, sample) for split in SPLITS}
     shared = set(ids["train"]) & set(ids["test"])
     _require(not shared, f"task ids in both splits: {sorted(shared)[:5]}")
     prompts = {split: {env.load_task(t).prompt for t in ids[split]} for split in ids}
@@ -88,7 +88,7 @@ def _check_expected_calls(env: gym.Env, sample: int) -> None:
     agent = env.unwrapped
     if not isinstance(agent, ToolEnv):
         return
-    for split in ("train", "test"):
+    for split in SPLITS:
         for task_id in _sampled_ids(agent, split, sample):
             env.reset(options={"task_id": task_id})
             assert agent.task is not None  # reset loaded it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agentgym.eval.benchmarks import describe, episode_tokens, labelled, parse_benchmark, plan
 from agentgym.eval.benchmarks import held_out as benchmark_held_out
@@ -152,3 +152,49 @@ def save_episodes(
     decode = lambda i: tokenizer.decode([i])  # noqa: E731
     extra = {"model": model}
     write_episodes(path, played, max_bytes=max_bytes, extra=extra, decode=decode, labels=labels)
+
+
+def as_trained(config, named_env: bool):
+    """`agentgym eval` of a checkpoint: the run's environment and its options (`run.env`,
+    `run.env_kwargs`, from the checkpoint's config.yaml), said in one line, unless the
+    command named an environment (`named_env`: --env, --config, or a `run.env*` key)."""
+    from agentgym.config import ConfigError, load_config
+
+    saved = Path(config.model.name or "") / "config.yaml"
+    if named_env or not config.model.name or not saved.is_file():
+        return config
+    try:
+        trained = load_config(saved).run
+    except ConfigError:
+        return config  # not a run's checkpoint config: the command's own env stands
+    print(
+        f"agentgym eval: {config.model.name} was trained on {trained.env} "
+        f"{trained.env_kwargs or ''}; evaluating there (--env or --config for another)"
+    )
+    run = config.run.model_copy(update={"env": trained.env, "env_kwargs": trained.env_kwargs})
+    return config.model_copy(update={"run": run})
+
+
+def sized_to_split(config):
+    """The config with `eval.tasks` at most what the split holds, said in one line where
+    it asked for more; as it is where the environment cannot be made (preflight says why)."""
+    from agentgym.env.core import AgentEnv, make_env
+
+    ev = config.eval
+    try:
+        env = make_env(config.run.env, **config.run.env_kwargs)
+    except Exception:  # noqa: BLE001: preflight makes it again and names the problem
+        return config
+    try:
+        total = cast(AgentEnv, env.unwrapped).num_tasks(ev.split)  # make_env made one
+    except NotImplementedError:
+        return config
+    finally:
+        env.close()
+    if ev.tasks <= total:
+        return config
+    print(
+        f"agentgym eval: eval.tasks {ev.tasks}, but the {ev.split!r} split of "
+        f"{config.run.env!r} holds {total}: evaluating all {total}"
+    )
+    return config.model_copy(update={"eval": ev.model_copy(update={"tasks": total})})
