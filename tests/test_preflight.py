@@ -144,7 +144,6 @@ def _assert_refused(code: int, capsys, field: str) -> None:
     [
         (["sft", "--env", DIGITS], "run.env"),
         (["sft", "--env", "tool_call", "--set", "run.env_kwargs={max_turns: 0}"], "run.env_kwargs"),
-        (["eval", "--env", DIGITS, "--tasks", "11"], "eval.tasks"),
         (["eval", "--env", "math", "--baseline", "./no/such/model"], "--baseline"),
         (["eval", "--env", "math", "--model", "./no/such/model"], "model.name"),
     ],
