@@ -394,3 +394,11 @@ def test_an_agent_plays_ahead_of_the_learner_with_the_versions_the_rule_names(tm
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]
     assert [r["step"] for r in rows if "eval/correctness" in r] == [2, 3]  # every 2, the last
+
+
+def test_an_agent_task_gives_the_prompt_as_task_prompt():
+    from agentgym.serve.agents import AgentTask
+    from agentgym.types import Task
+
+    task = AgentTask("t/1", [{"role": "user", "content": "2 + 2?"}], [], Task("t/1", "2 + 2?"))
+    assert task.prompt == "2 + 2?" == task.task.prompt

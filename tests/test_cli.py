@@ -355,3 +355,19 @@ def test_every_flag_takes_hyphens_or_underscores():
 )  # fmt: skip
 def test_report_to_takes_trls_forms(value, trackers):
     assert _config_of(["train", "--env", "math", "--report_to", value]).run.report_to == trackers
+
+
+def test_envs_describes_each_in_one_whole_sentence(capsys):
+    assert main(["envs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 10 and any(line.startswith("agentgym/Mix-v0") for line in lines)
+    for line in lines:
+        assert "see the module" not in line and line.endswith("."), line
+
+
+def test_a_module_env_off_the_path_is_refused_naming_pythonpath(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "--env", "acme_nowhere.units:acme/Units-v0", "--model", "tiny-random"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot import module 'acme_nowhere.units'" in err
+    assert "PYTHONPATH=. agentgym" in err

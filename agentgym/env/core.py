@@ -13,6 +13,7 @@ Subclasses supply the tasks and the judging through four hooks:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args
@@ -311,6 +312,16 @@ def make_env(name: str, **kwargs: Any) -> gym.Env:
         env = gym.make(env_id, **kwargs)
     except gym.error.Error as err:
         raise UnknownEnvError(f"cannot make environment {name!r}: {err}") from err
+    except ModuleNotFoundError as err:
+        module = env_id.partition(":")[0] if ":" in env_id else None
+        missing = err.name or getattr(err.__cause__, "name", None)  # gymnasium re-raises it
+        if module is None or missing is None or not module.startswith(missing):
+            raise  # an import inside the env's own module: its traceback says where
+        raise UnknownEnvError(
+            f"environment {name!r}: cannot import module {module!r} (no module named "
+            f"{missing!r}); a module in the current folder needs it on the path: "
+            "PYTHONPATH=. agentgym ..."
+        ) from None
     if not isinstance(env.observation_space, ChatMessages) or not isinstance(
         env.action_space, Utterance
     ):
@@ -349,5 +360,7 @@ def env_doc_line(entry_point: Any) -> str:
         cls = getattr(importlib.import_module(module), cls_name, None)
     except MissingExtraError as err:
         return f"(not installed here: {err})"
-    doc = (cls.__doc__ or "").strip().splitlines() if cls is not None else []
-    return doc[0] if doc else ""
+    doc = (cls.__doc__ or "").strip() if cls is not None else ""
+    paragraph = " ".join(doc.split("\n\n")[0].split())  # the summary, however it wraps
+    sentence = re.split(r"(?<=\.)\s", paragraph, maxsplit=1)[0]
+    return re.sub(r"\s*\(see the module[^)]*\)|[;,] see the module docstring", "", sentence)

@@ -100,6 +100,11 @@ class AgentTask:
         return list(replies), bool(terminated or truncated)
 
     @property
+    def prompt(self) -> str:
+        """The task's prompt (`task.task.prompt`): the user's opening message's text."""
+        return self.task.prompt
+
+    @property
     def env(self) -> AgentEnv:
         """The episode's environment (unwrapped): an agent program an env declares
         (`AgentEnv.agent_program`) plays the episode with it."""

@@ -47,7 +47,8 @@ def check_levels(difficulty: Any) -> tuple[int, ...]:
 
 
 class FunctionCallsWorldEnv(FunctionCallsEnv):
-    """Generated function-calling tasks (see the module).
+    """Generated APIs and requests: one turn of calls (or none), judged against the expected
+    calls; five levels of difficulty (see the module).
 
     Args:
         difficulty: A level from 1 to 5, or a list of levels to interleave.
