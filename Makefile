@@ -76,7 +76,8 @@ sandbox-engines:
 # suite runs on every core (pytest-xdist, a file per worker at a time), then the tests marked
 # serial alone (their leak checks count the machine's processes and /tmp). Then
 # tests/sabotage.sh plants bugs, each of which the test named with it must catch
-# (docs/testing.md lists them), side by side (a worker per core, and one more).
+# (docs/testing.md lists them), side by side (a worker per core, and one more). --durations:
+# the slowest tests of each run, where make test's time goes.
 test: $(STAMP)
 	# ruff and mypy, the Docker engine and .venv-vllm's set-up side by side (pip's downloads
 	# beside mypy), each one's output in one piece
@@ -85,13 +86,13 @@ test: $(STAMP)
 	  $(MAKE) --no-print-directory test-vllm; vllm=$$?; \
 	  wait $$smoke; wheel=$$?; cat .wheel-smoke.log; rm -f .wheel-smoke.log; \
 	  [ $$vllm -eq 0 ] && [ $$wheel -eq 0 ]
-	$(BIN)/pytest -q -rs -n auto --dist loadfile -m "not serial"
-	$(BIN)/pytest -q -rs -m serial
+	$(BIN)/pytest -q -rs -n auto --dist loadfile -m "not serial" --durations=25
+	$(BIN)/pytest -q -rs -m serial --durations=10
 	PYTHON=$(BIN)/python bash tests/sabotage.sh
 
 # The vLLM backend's tests, in .venv-vllm (in .venv they skip: vLLM is not installed there).
 test-vllm: $(STAMP_VLLM)
-	$(BIN_VLLM)/pytest -q -rs tests/test_vllm.py tests/test_vllm_ray.py tests/test_vllm_async.py
+	$(BIN_VLLM)/pytest -q -rs --durations=20 tests/test_vllm.py tests/test_vllm_ray.py tests/test_vllm_async.py
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -rs -m "not slow"
