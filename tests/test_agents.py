@@ -397,8 +397,8 @@ def test_an_agent_plays_ahead_of_the_learner_with_the_versions_the_rule_names(tm
 
 
 def test_an_agent_task_gives_the_prompt_as_task_prompt():
-    from agentgym.serve.agents import AgentTask
     from agentgym import Task
+    from agentgym.serve.agents import AgentTask
 
     task = AgentTask("t/1", [{"role": "user", "content": "2 + 2?"}], [], Task("t/1", "2 + 2?"))
     assert task.prompt == "2 + 2?" == task.task.prompt

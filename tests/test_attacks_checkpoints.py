@@ -10,6 +10,7 @@ traceback that did not name the file."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -57,6 +58,15 @@ def test_every_file_of_a_checkpoint_is_in_its_manifest_with_its_size_and_sha256(
     assert {ADAPTER, "optimizer.pt", "state.json", "config.yaml"} <= set(files)
     for name, entry in files.items():
         assert entry == {"bytes": (folder / name).stat().st_size, "sha256": sha256(folder / name)}
+
+
+def test_a_checkpoint_has_the_modes_the_umask_gives_not_private_ones(run):
+    mask = os.umask(0)
+    os.umask(mask)
+    for folder in (run / "checkpoint-000001", run / "checkpoint-000002"):
+        assert folder.stat().st_mode & 0o777 == 0o777 & ~mask
+        for path in folder.rglob("*"):
+            assert path.stat().st_mode & 0o777 == (0o777 if path.is_dir() else 0o666) & ~mask, path
 
 
 def _nan_bytes(path: Path) -> None:

@@ -242,3 +242,16 @@ def test_sampled_episodes_take_the_runs_top_p_and_the_greedy_one_does_not(tiny):
     sampled = SamplingParams(max_new_tokens=5, temperature=0.9, top_p=0.7, seed=4)
     assert set(policy.params) == {greedy, sampled}
     assert policy.params[0] == greedy  # the greedy pass first, at top_p 1.0
+
+
+def test_the_tables_title_names_its_split_and_its_samples():
+    from types import SimpleNamespace
+
+    from agentgym.eval.console import table_title
+
+    test = SimpleNamespace(meta={"split": "test", "n": 4})
+    assert table_title(test, sampled=True) == (
+        "held-out evaluation (test split): greedy, then pass@k and maj@k of 4 samples a task"
+    )
+    train = SimpleNamespace(meta={"split": "train", "n": 0})
+    assert table_title(train, sampled=False) == "evaluation (train split): greedy"

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agentgym.config import ConfigError
-from agentgym.eval.report import comparison_lines, table_rows
+from agentgym.eval.report import TABLE_COLUMNS, comparison_lines, table_rows
 from agentgym.records import Report
 
 LEVEL_VARIABLE = "AGENTGYM_LOG_LEVEL"
@@ -118,10 +118,20 @@ def console_logging() -> None:
         logger.setLevel(logging.INFO)
 
 
+def table_title(report: Report, *, sampled: bool) -> str:
+    """What the table holds: the split (held-out where it is the test split), greedy figures,
+    and, where tasks were sampled, pass@k and maj@k over how many samples a task."""
+    split = report.meta.get("split", "test")
+    title = "held-out evaluation (test split)" if split == "test" else f"evaluation ({split} split)"
+    title += ": greedy"
+    n = report.meta.get("n")
+    return title + (f", then pass@k and maj@k of {n} samples a task" if sampled and n else "")
+
+
 def print_report(report: Report, console: Console) -> None:
     """Prints the report's table (one row per model) and its comparisons."""
     header, rows = table_rows(report)
-    table = Table(title="held-out evaluation (greedy)")
+    table = Table(title=table_title(report, sampled=len(header) > 2 + len(TABLE_COLUMNS)))
     for column in header:
         table.add_column(column)
     for row in rows:

@@ -197,7 +197,7 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the report's table: one row per model, greedy figures then sampled."""
     models = report.models
     sampled = sorted({key for m in models.values() for key in _at_k(m)})
-    header = ["model", "n", *(h for _, h in TABLE_COLUMNS), *sampled]
+    header = ["model", "tasks", *(h for _, h in TABLE_COLUMNS), *sampled]
     rows = []
     for name, m in models.items():
         greedy = m.greedy.to_json()

@@ -93,6 +93,7 @@ def save_checkpoint(
             torch.save(trainer, staging / "optimizer.pt")
         write_manifest(staging)
         (staging / COMPLETE).write_text(f"{step}\n")
+        shared_as_umask(staging)
         _flush_tree(staging)
         old = None
         if target.exists():
@@ -105,6 +106,16 @@ def save_checkpoint(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def shared_as_umask(folder: Path) -> None:
+    """The folder and its files with the modes the umask gives new ones (0755 and 0644 under
+    the usual 022): mkdtemp makes the folder private and safetensors its files."""
+    mask = os.umask(0)
+    os.umask(mask)
+    folder.chmod(0o777 & ~mask)
+    for path in folder.rglob("*"):
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def save_best(run_dir: Path, step: int, model, tokenizer, config: Config) -> Path:
