@@ -398,7 +398,7 @@ def run() -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `agentgym` command; returns the exit code."""
     from agentgym.env.core import UnknownEnvError
-    from agentgym.eval.console import console_logging
+    from agentgym.eval.console import console_logging, quiet_libraries
     from agentgym.policy.models import ModelNotFoundError
     from agentgym.run.interrupt import TrainingError
 
@@ -417,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         console_logging()  # the library's messages, above the progress bars
+        quiet_libraries()  # not transformers' bars and FutureWarnings
         return commands[args.command](args)
     except (ConfigError, UnknownEnvError, ModelNotFoundError, MissingExtraError) as err:
         print(f"agentgym {args.command}: error: {err}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -371,3 +372,18 @@ def test_a_module_env_off_the_path_is_refused_naming_pythonpath(tmp_path, capsys
     err = capsys.readouterr().err
     assert code == 2 and "cannot import module 'acme_nowhere.units'" in err
     assert "PYTHONPATH=. agentgym" in err
+
+
+def test_a_command_prints_no_library_progress_bars_or_future_warnings(tmp_path):
+    import subprocess
+    import sys
+
+    argv = ["eval", "--env", "tool_call", "--model", "tiny-random", "--tasks", "1",
+            "--set", "eval.max_new_tokens=4", "--output", str(tmp_path / "report")]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    done = subprocess.run([sys.executable, "-m", "agentgym", *argv], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "Loading weights" not in said and "FutureWarning" not in said
+    assert "held-out evaluation (test split)" in said

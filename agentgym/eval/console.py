@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
+import warnings
 from typing import Any, ClassVar
 
 from rich.console import Console
@@ -116,6 +118,18 @@ def console_logging() -> None:
         logger.setLevel(level)
     elif logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
+
+
+def quiet_libraries() -> None:
+    """The commands' console without the libraries' own progress bars ("Loading weights",
+    "Writing model shards": transformers' and huggingface_hub's, off unless
+    HF_HUB_DISABLE_PROGRESS_BARS says otherwise) and transformers' FutureWarnings, which
+    speak to its own API, not to the user's run. Before transformers is imported."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers(\.|$)")
+    loaded = sys.modules.get("transformers.utils.logging")  # imported already: told directly
+    if loaded is not None and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+        loaded.disable_progress_bar()
 
 
 def table_title(report: Report, *, sampled: bool) -> str:
