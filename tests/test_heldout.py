@@ -255,3 +255,20 @@ def test_the_tables_title_names_its_split_and_its_samples():
     )
     train = SimpleNamespace(meta={"split": "train", "n": 0})
     assert table_title(train, sampled=False) == "evaluation (train split): greedy"
+
+
+def test_lenient_is_strict_for_a_task_its_calls_alone_judge():
+    from types import SimpleNamespace
+
+    from agentgym.eval.heldout import EpisodeScore
+
+    def episode(correct: float, text: str):
+        return SimpleNamespace(turns=[SimpleNamespace(action=text)], reward=correct,
+                               reward_parts={"correctness": correct}, counts={},
+                               completion_length=3, truncated=False, scorable=True)  # fmt: skip
+
+    # an irrelevance row: nothing called is right, and no answer is there to find
+    assert EpisodeScore.of(episode(1.0, "I cannot help with that."), None).lenient is True
+    assert EpisodeScore.of(episode(0.0, "<tool_call>{}</tool_call>"), None).lenient is False
+    # a task with an answer: lenient finds it in the wrong format
+    assert EpisodeScore.of(episode(0.0, "it is 42"), "42").lenient is True

@@ -12,7 +12,8 @@ Correctness is judged two ways, side by side:
   `\\boxed{}` or `Final Answer:` the env parses, after well-formed tool calls);
 - lenient: math-verify equivalence of any final answer found in the last
   assistant message (boxed, `Final Answer:`, or else its last number), so a
-  right answer in the wrong format still counts.
+  right answer in the wrong format still counts; a task without an answer, which its
+  calls alone judge (an irrelevance row), has the strict verdict.
 """
 
 from __future__ import annotations
@@ -65,14 +66,21 @@ class EpisodeScore:
     """The environment raised or hung: no verified outcome (not a wrong answer)."""
 
     @classmethod
-    def of(cls, t: Trajectory, expected: str) -> EpisodeScore:
+    def of(cls, t: Trajectory, expected: str | None) -> EpisodeScore:
+        """The episode's figures; `expected` is the task's answer, None for a task judged
+        by its calls alone, whose lenient verdict is then the strict one."""
         last = t.turns[-1].action if t.turns else ""
         answer = final_answer(last)
+        strict = t.reward_parts.get("correctness", 0.0) >= 1.0
         return cls(
             reward=t.reward,
             parts=dict(t.reward_parts),
-            strict=t.reward_parts.get("correctness", 0.0) >= 1.0,
-            lenient=answer is not None and answers_equal(answer, expected),
+            strict=strict,
+            lenient=(
+                strict
+                if expected is None
+                else answer is not None and answers_equal(answer, expected)
+            ),
             format_ok=t.reward_parts.get("format", 0.0) > 0,
             answer=answer,
             turns=len(t.turns),
@@ -178,6 +186,8 @@ class HeldOut:
         first = cast(AgentEnv, self.envs[0].unwrapped)  # make_env made an agent environment
         tasks = {t: first.load_task(t) for t in self.task_ids}
         self.expected = {t: str(task.answer) for t, task in tasks.items()}
+        self.answers = {t: None if tasks[t].answer is None else self.expected[t] for t in tasks}
+        """What lenient correctness compares with: None for a task its calls alone judge."""
         self.categories = {t: task.metadata.get("category") for t, task in tasks.items()}
 
     @classmethod
@@ -252,7 +262,7 @@ class HeldOut:
             TaskResult(
                 t,
                 self.expected[t],
-                EpisodeScore.of(g[0], self.expected[t]),
+                EpisodeScore.of(g[0], self.answers[t]),
                 category=self.categories[t],
             )
             for t, g in zip(self.task_ids, played, strict=True)
@@ -268,7 +278,8 @@ class HeldOut:
             for result, group in zip(
                 results, self._play(policy, self.n, sampled, advance), strict=True
             ):
-                result.samples = [EpisodeScore.of(t, result.expected) for t in group]
+                answer = self.answers[result.task_id]
+                result.samples = [EpisodeScore.of(t, answer) for t in group]
                 kept += group
         return results
 
