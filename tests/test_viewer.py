@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,8 @@ def test_an_episode_split_into_samples_shows_each_sample_and_where_it_split(run,
     folder = tmp_path / "run"
     shutil.copytree(run, folder)
     episode = split_episode()
+    turns = (episode.turns[0], replace(episode.turns[1], action="\n" * 40))
+    episode = replace(episode, turns=turns)
     write_episodes(
         folder / "episodes" / "step-000003.npz", [episode], [[0.0] * 5], extra={"step": 3}
     )
@@ -112,6 +115,9 @@ def test_an_episode_split_into_samples_shows_each_sample_and_where_it_split(run,
     ]
     notes = tab.locator("#detail p.note").all_inner_texts()
     assert "the episode's first sample" in notes and f"split at {episode.opened_by}" in notes
+    blank = tab.locator("#detail .msg.role-assistant").nth(1)  # its turn 1 is 40 newlines
+    assert blank.locator(".text").inner_text() == "(40 whitespace characters)"
+    assert blank.bounding_box()["height"] < 60
     boxes = tab.locator("#detail .tokens")
     assert boxes.count() == 2
     assert boxes.nth(0).locator(".tok").count() == 4 and boxes.nth(1).locator(".tok").count() == 5

@@ -69,7 +69,10 @@
     var box = el("div", "msg role-" + role);
     var head = el("div", "role", role + (name ? " \u00b7 " + name : ""));
     box.appendChild(head);
-    if (role === "assistant") textWithCalls(content, box);
+    if (!/\S/.test(content)) {  // nothing to read: said in one line, not drawn as a tall box
+      var what = content.length ? content.length + " whitespace characters" : "empty";
+      box.appendChild(el("div", "text blank", "(" + what + ")"));
+    } else if (role === "assistant") textWithCalls(content, box);
     else box.appendChild(el("div", "text", content));
     if (role === "tool" && ERROR.test(content)) box.classList.add("error");
     return box;
