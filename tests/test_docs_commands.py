@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import agentgym.policy.models
 from agentgym.cli import build_parser, main
@@ -412,3 +414,56 @@ def test_resume_dir_is_parsed_only_and_resume_auto_runs():
     assert how_checked(command("--resume", "runs/a")) == "parse"
     assert how_checked(command("--resume=runs/a/checkpoint-000006")) == "parse"
     assert how_checked(command("--resume", "auto", "--output", "runs/a")) == "load"
+
+
+# ---- the README's own environment: a verifier that random text cannot game --------------
+
+
+@pytest.fixture(scope="module")
+def weather(tmp_path_factory):
+    """README's `acme/weather.py`, as a module of its own, its env made by gymnasium."""
+    import importlib.util
+
+    import gymnasium as gym
+
+    path = tmp_path_factory.mktemp("readme") / "readme_weather.py"
+    body = _python_block(ROOT / "README.md", "# acme/weather.py")
+    path.write_text(re.sub(r"\ngym\.register\(.*\)\n", "\n", body))  # registered below
+    spec = importlib.util.spec_from_file_location("readme_weather", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if "readme/Weather-v0" not in gym.registry:
+        gym.register(id="readme/Weather-v0", entry_point=module.WeatherEnv)
+    env = gym.make("readme/Weather-v0")
+    yield env
+    env.close()
+
+
+def _reward(env, task_id: str, text: str) -> float:
+    env.reset(options={"task_id": task_id})
+    return env.step(text)[1]
+
+
+TRICKS = ["I do not know", "not", "none", "no way", "yes and no", "know", "nobody", "Yes? No.",
+          "The answer is yes", "yesterday", "eyes", ""]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", TRICKS)
+def test_the_readme_weather_verifier_pays_no_trick_text(weather, text):
+    for task_id in ("train/bergen", "train/cairo", "test/oslo"):  # answers yes, no, yes
+        assert _reward(weather, task_id, text) == 0.0
+
+
+@given(st.text(max_size=60))
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_the_readme_weather_verifier_pays_random_text_nothing(weather, text):
+    for task_id, answer in (("train/cairo", "no"), ("test/oslo", "yes")):
+        said = text.strip().rstrip(".").lower()
+        assert _reward(weather, task_id, text) == float(said == answer)
+
+
+def test_the_readme_weather_verifier_pays_the_answer_alone(weather):
+    assert _reward(weather, "train/cairo", "No.") == _reward(weather, "test/oslo", " yes ") == 1.0
