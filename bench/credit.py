@@ -45,7 +45,14 @@ ARMS = {
 
 
 def env_sets(families: list[str], difficulty: int) -> list[str]:
-    return [f"run.env_kwargs.families={families}", f"run.env_kwargs.difficulty={difficulty}"]
+    """The tasks, and room for their episodes: the default run's config sizes calculator
+    tasks (3 turns of 64 tokens), but a chain task at difficulty 2 is 4 turns of up to 105
+    tokens in its demonstrations (SmolLM2's tokenizer, 40 train tasks), so with the config's
+    budget every episode was cut off and every checkpoint scored 0."""
+    room = ["run.env_kwargs.max_turns=5", "sampling.max_new_tokens=128",
+            "eval.max_new_tokens=128", "sampling.max_episode_tokens=1280"]  # fmt: skip
+    return [f"run.env_kwargs.families={families}", f"run.env_kwargs.difficulty={difficulty}",
+            *room]  # fmt: skip
 
 
 def warm_up(out: Path, seed: int, extra: list[str]) -> Path:
