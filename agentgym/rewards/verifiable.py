@@ -42,6 +42,9 @@ _REACT_THOUGHT = re.compile(r"^\s*Thought:", re.MULTILINE)
 _REACT_ACTION = re.compile(r"^\s*Action:", re.MULTILINE)
 _TIMEOUT_S = 2  # math-verify's signal alarm, in whole seconds; only on the main thread
 _MAX_ANSWER_CHARS = 1000  # longer "answers" are not answers; never parsed
+_WORDS = re.compile(r"[^\W\d_]+(?:[\s'’.,-]+[^\W\d_]+)*\.?")
+"""Letters only (a name, yes/no, a city): text, compared as text, not as math-verify reads
+it (a product of symbols, so `no` = `on` and `abc` = `cba`)."""
 _MAX_DIGITS = 10_000  # bound on the digits of a power in a predicted answer
 _MAX_FACTORIAL_ARG = 10_000
 
@@ -99,20 +102,28 @@ def _bounded(expr: object) -> bool:
 def answers_equal(predicted: str, expected: str) -> bool:
     """Whether two final answers are mathematically equivalent, per math-verify.
 
-    `0.5`, `1/2`, `\\frac{1}{2}` agree, as do `3` and `3.0`. Garbage gives False,
-    never an exception. Works off the main thread (see the module docstring).
+    `0.5`, `1/2`, `\\frac{1}{2}` agree, as do `3` and `3.0`. Words (letters only, a name or
+    yes/no) are compared as text, case-blind: `Paris` = `paris`, but `no` != `on`. Garbage
+    gives False, never an exception. Works off the main thread (see the module docstring).
     """
     predicted, expected = predicted.strip(), expected.strip()
     if predicted == expected:
         return bool(predicted)
     if not predicted or len(predicted) > _MAX_ANSWER_CHARS:
         return False
+    if _WORDS.fullmatch(predicted) or _WORDS.fullmatch(expected):  # words: text equality
+        return _as_text(predicted) == _as_text(expected)
     timeout = _TIMEOUT_S if _on_main_thread() else None
     target = _parse(predicted, timeout)
     gold = _parse(expected, timeout)
     if not target or not gold or not all(_bounded(t) for t in target):
         return False
     return verify(list(gold), list(target), timeout_seconds=timeout)
+
+
+def _as_text(answer: str) -> str:
+    """A word answer compared case- and spacing-blind, a final full stop dropped."""
+    return " ".join(answer.rstrip(".").split()).casefold()
 
 
 def math_reward(completion: str, expected_answer: str) -> float:
