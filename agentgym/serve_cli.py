@@ -29,14 +29,15 @@ def serve_parser(sub: Any) -> None:
         "sampling.max_new_tokens (a request's default limit), model.chat_template",
     )
     limits = ServeLimits()
-    for flag, what in (
-        ("max_tokens", "the most tokens a request may ask for"),
-        ("max_n", "the most choices a request may ask for"),
-        ("max_body_bytes", "the largest request body"),
-        ("max_json_depth", "the deepest nesting of a request's JSON"),
+    for flag, what, past in (
+        ("max_tokens", "the most tokens a request may ask for", "400"),
+        ("max_n", "the most choices a request may ask for", "400"),
+        ("max_body_bytes", "the largest request body", "400"),
+        ("max_json_depth", "the deepest nesting of a request's JSON", "400"),
+        ("max_waiting", "the most requests waiting or computing at once", "429, Retry-After"),
     ):
         default = getattr(limits, flag)
-        name, words = f"--{flag.replace('_', '-')}", f"{what} (default {default}); past it: 400"
+        name, words = f"--{flag.replace('_', '-')}", f"{what} (default {default}); past it: {past}"
         p.add_argument(name, type=int, default=default, help=words)
 
 

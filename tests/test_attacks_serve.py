@@ -8,6 +8,7 @@ RecursionError; "logprobs": "false" turned logprobs on."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -19,16 +20,19 @@ from agentgym.policy.hf import HFPolicy
 from agentgym.serve.requests import ServeLimits
 
 
-def _post(url: str, body: bytes) -> tuple[int, dict, float]:
-    """POSTs raw bytes to the chat endpoint: status, JSON body, seconds."""
+def _post(url: str, body: bytes, headers: dict | None = None) -> tuple[int, dict, float]:
+    """POSTs raw bytes to the chat endpoint: status, JSON body, seconds (and, given a dict
+    `headers`, the reply's headers put in it)."""
     request = urllib.request.Request(
         f"{url}/chat/completions", data=body, headers={"Content-Type": "application/json"}
     )
     started = time.monotonic()
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
+            (headers if headers is not None else {}).update(response.headers)
             return response.status, json.loads(response.read()), time.monotonic() - started
     except urllib.error.HTTPError as err:
+        (headers if headers is not None else {}).update(err.headers)
         return err.code, json.loads(err.read()), time.monotonic() - started
 
 
@@ -90,7 +94,7 @@ def test_a_body_past_the_size_limit_is_refused_before_it_is_parsed(server):
 
 @pytest.mark.parametrize("depth", [100, 30_000])
 def test_deeply_nested_json_is_a_400_not_a_500(server, depth):
-    body = b'{"model": "m", "messages": ' + b"[" * depth + b"]" * depth + b"}"
+    body = b'{"model": "tiny-random", "messages": ' + b"[" * depth + b"]" * depth + b"}"
     status, reply, _ = _post(server[0].url, body)
     assert status == 400 and "nests" in reply["error"]["message"]
 
@@ -101,3 +105,50 @@ def test_after_the_attacks_the_server_still_answers(server):
         _post(server[0].url, body)
     reply = client.chat.completions.create(model="tiny-random", messages=HI, max_tokens=4)
     assert reply.choices[0].finish_reason in ("stop", "length")
+
+
+def test_an_unknown_model_id_is_a_404_as_openai_answers_it(server):
+    status, reply, _ = _post(server[0].url, _ask(model="gpt-4o"))
+    assert status == 404, reply
+    error = reply["error"]
+    assert (error["code"], error["param"], error["type"]) == (
+        "model_not_found",
+        "model",
+        "invalid_request_error",
+    )
+    assert "'gpt-4o' does not exist; this server serves 'tiny-random'" in error["message"]
+    assert _post(server[0].url, _ask())[0] == 200  # the served id, as /v1/models lists it
+    assert _post(server[0].url, _ask(model=""))[0] == 200  # none named: the served one
+
+
+class Held(Recording):
+    """The real policy, whose `generate` waits until `release` is set."""
+
+    def __init__(self, inner: HFPolicy, release: threading.Event):
+        super().__init__(inner)
+        self.release = release
+
+    def generate(self, prompts, params, streams=None):
+        assert self.release.wait(60)
+        return super().generate(prompts, params, streams)
+
+
+def test_past_max_waiting_a_request_is_a_429_with_retry_after_and_the_next_is_served(serve, tiny):  # noqa: F811
+    release = threading.Event()
+    server, _ = serve(Held(HFPolicy(*tiny), release), limits=ServeLimits(max_waiting=1))
+    first: list = []
+    holder = threading.Thread(target=lambda: first.append(_post(server.url, _ask(max_tokens=2))))
+    holder.start()
+    time.sleep(1.0)  # the first request holds the only place, its generate waiting
+    headers: dict = {}
+    status, reply, took = _post(server.url, _ask(max_tokens=2), headers)
+    assert status == 429 and took < 5, reply
+    assert (
+        reply["error"]["code"] == "rate_limit_exceeded"
+        and "--max-waiting" in reply["error"]["message"]
+    )
+    assert headers.get("retry-after") == "1"
+    release.set()
+    holder.join(60)
+    assert first[0][0] == 200
+    assert _post(server.url, _ask(max_tokens=2))[0] == 200  # its place is free again

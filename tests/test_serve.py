@@ -9,7 +9,9 @@ recorded ids runs the real tiny-random model."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 from collections.abc import Iterator
 
@@ -41,6 +43,7 @@ ADD = {
         },
     },
 }
+MODEL = "tiny-random"  # the served id: a request naming another is a 404
 HI = [{"role": "user", "content": "What is 2 + 3?"}]
 
 
@@ -122,7 +125,7 @@ def test_models_and_a_plain_reply_through_the_openai_client(serve, tiny):
     server, _ = serve(ScriptedTurns(tiny[1], ["The answer is 5."]))
     client = _client(server.url)
     assert [m.id for m in client.models.list()] == ["tiny-random"]
-    reply = client.chat.completions.create(model="tiny-random", messages=HI, logprobs=True)
+    reply = client.chat.completions.create(model=MODEL, messages=HI, logprobs=True)
     choice = reply.choices[0]
     assert choice.message.content == "The answer is 5."
     assert choice.message.tool_calls is None and choice.finish_reason == "stop"
@@ -135,7 +138,7 @@ def test_a_call_in_the_models_native_format_comes_back_as_tool_calls(serve, tiny
     )
     server, service = serve(ScriptedTurns(tiny[1], [written]))
     assert service.native  # tiny-random's template renders tools=: its own format
-    reply = _client(server.url).chat.completions.create(model="m", messages=HI, tools=[ADD])
+    reply = _client(server.url).chat.completions.create(model=MODEL, messages=HI, tools=[ADD])
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content == "Let me add."
@@ -147,14 +150,14 @@ def test_a_call_in_the_models_native_format_comes_back_as_tool_calls(serve, tiny
 def test_the_tools_are_rendered_by_the_template_as_the_rollout_renders_them(serve, tiny):
     policy = ScriptedTurns(tiny[1], ["ok"])
     server, _ = serve(policy)
-    _client(server.url).chat.completions.create(model="m", messages=HI, tools=[ADD])
+    _client(server.url).chat.completions.create(model=MODEL, messages=HI, tools=[ADD])
     assert policy.prompts == [prompt_ids(tiny[1], HI, [ADD])]
 
 
 def test_a_text_format_lists_the_tools_in_the_system_message(serve, tiny):
     policy = ScriptedTurns(tiny[1], ['Action: add\nAction Input: {"a": 1, "b": 2}'])
     server, service = serve(policy, tool_format="react")
-    reply = _client(server.url).chat.completions.create(model="m", messages=HI, tools=[ADD])
+    reply = _client(server.url).chat.completions.create(model=MODEL, messages=HI, tools=[ADD])
     assert reply.choices[0].message.tool_calls[0].function.name == "add"
     text = tiny[1].decode(policy.prompts[0])
     assert (
@@ -174,7 +177,7 @@ def test_a_text_format_lists_the_tools_in_the_system_message(serve, tiny):
 )
 def test_a_malformed_call_comes_back_as_content_never_an_error(serve, tiny, written):
     server, _ = serve(ScriptedTurns(tiny[1], [written]))
-    reply = _client(server.url).chat.completions.create(model="m", messages=HI, tools=[ADD])
+    reply = _client(server.url).chat.completions.create(model=MODEL, messages=HI, tools=[ADD])
     assert reply.choices[0].message.content == written
     assert reply.choices[0].message.tool_calls is None
     assert reply.choices[0].finish_reason == "stop"
@@ -185,7 +188,7 @@ def test_tool_choice_none_shows_no_tools_and_reads_no_calls(serve, tiny):
     policy = ScriptedTurns(tiny[1], [written])
     server, _ = serve(policy)
     reply = _client(server.url).chat.completions.create(
-        model="m", messages=HI, tools=[ADD], tool_choice="none"
+        model=MODEL, messages=HI, tools=[ADD], tool_choice="none"
     )
     assert (
         reply.choices[0].message.content == written and reply.choices[0].message.tool_calls is None
@@ -210,7 +213,7 @@ def test_a_required_or_named_call_is_begun_for_the_model(serve, tiny, choice, op
     policy = ScriptedTurns(tiny[1], [rest])
     server, _ = serve(policy)
     reply = _client(server.url).chat.completions.create(
-        model="m", messages=HI, tools=[ADD], tool_choice=choice
+        model=MODEL, messages=HI, tools=[ADD], tool_choice=choice
     )
     (call,) = reply.choices[0].message.tool_calls
     assert call.function.name == "add" and json.loads(call.function.arguments) == {"a": 1, "b": 1}
@@ -237,7 +240,7 @@ def test_a_required_or_named_call_is_begun_for_the_model(serve, tiny, choice, op
 )
 def test_a_bad_request_is_a_400_in_openais_shape_naming_the_field(serve, tiny, change, param):
     server, _ = serve(ScriptedTurns(tiny[1], []))
-    body = {"model": "m", "messages": HI, "tools": [ADD], **change}
+    body = {"model": MODEL, "messages": HI, "tools": [ADD], **change}
     with pytest.raises(openai.BadRequestError) as caught:
         _client(server.url).chat.completions.create(**body)
     assert caught.value.status_code == 400
@@ -250,8 +253,8 @@ def test_a_bad_request_is_a_400_in_openais_shape_naming_the_field(serve, tiny, c
 def test_a_wrong_api_key_is_refused_and_the_right_one_served(serve, tiny):
     server, _ = serve(ScriptedTurns(tiny[1], ["fine"]), api_key="s3cret")
     with pytest.raises(openai.AuthenticationError):
-        _client(server.url, "wrong").chat.completions.create(model="m", messages=HI)
-    reply = _client(server.url, "s3cret").chat.completions.create(model="m", messages=HI)
+        _client(server.url, "wrong").chat.completions.create(model=MODEL, messages=HI)
+    reply = _client(server.url, "s3cret").chat.completions.create(model=MODEL, messages=HI)
     assert reply.choices[0].message.content == "fine"
 
 
@@ -260,7 +263,7 @@ def test_streaming_gives_the_same_reply_in_chunks(serve, tiny):
     server, _ = serve(ScriptedTurns(tiny[1], [written]))
     chunks = list(
         _client(server.url).chat.completions.create(
-            model="m", messages=HI, tools=[ADD], stream=True
+            model=MODEL, messages=HI, tools=[ADD], stream=True
         )
     )
     content = "".join(c.choices[0].delta.content or "" for c in chunks)
@@ -275,12 +278,12 @@ def test_streaming_gives_the_same_reply_in_chunks(serve, tiny):
 def test_n_samples_n_choices_each_with_its_own_stream(serve, tiny):
     server, _ = serve(HFPolicy(*tiny))
     reply = _client(server.url).chat.completions.create(
-        model="m", messages=HI, n=3, seed=7, max_tokens=12, temperature=1.0
+        model=MODEL, messages=HI, n=3, seed=7, max_tokens=12, temperature=1.0
     )
     texts = [c.message.content for c in reply.choices]
     assert [c.index for c in reply.choices] == [0, 1, 2] and len(set(texts)) == 3
     again = _client(server.url).chat.completions.create(
-        model="m", messages=HI, n=3, seed=7, max_tokens=12, temperature=1.0
+        model=MODEL, messages=HI, n=3, seed=7, max_tokens=12, temperature=1.0
     )
     assert [c.message.content for c in again.choices] == texts  # the seed names the streams
 
@@ -304,7 +307,9 @@ def test_requests_that_arrive_together_decode_in_one_batch(serve, tiny):
             client = _client(server.url)
             barrier.wait()
             client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": f"count to {i}"}], max_tokens=8
+                model=MODEL,
+                messages=[{"role": "user", "content": f"count to {i}"}],
+                max_tokens=8,
             )
 
         threads = [threading.Thread(target=agent, args=(i,)) for i in range(16)]
@@ -327,7 +332,7 @@ def test_an_episodes_requests_are_one_sample_of_exactly_the_ids_sampled(serve, t
     messages = list(HI)
     for turn in range(3):
         reply = client.chat.completions.create(
-            model="m", messages=messages, tools=[ADD], max_tokens=10
+            model=MODEL, messages=messages, tools=[ADD], max_tokens=10
         )
         message = reply.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
@@ -360,14 +365,14 @@ def test_between_turns_only_the_new_messages_are_rendered_as_the_rollout_renders
     server, service = serve(policy)
     key = service.open_episode()
     client = _client(server.episode_url(key))
-    first = client.chat.completions.create(model="m", messages=HI, tools=[ADD]).choices[0].message
+    first = client.chat.completions.create(model=MODEL, messages=HI, tools=[ADD]).choices[0].message
     call = first.tool_calls[0]
     history = [
         *HI,
         first.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": "5"},
     ]
-    client.chat.completions.create(model="m", messages=history, tools=[ADD])
+    client.chat.completions.create(model=MODEL, messages=history, tools=[ADD])
     (sample,) = service.close_episode(key).recorder.samples
     # the rollout's continuation of the same conversation: a tool message named by its call
     template = [*HI, {"role": "assistant", "content": written}]
@@ -385,11 +390,11 @@ def test_an_edited_history_starts_a_new_sample(serve, tiny):
     server, service = serve(policy)
     key = service.open_episode()
     client = _client(server.episode_url(key))
-    first = client.chat.completions.create(model="m", messages=HI).choices[0].message
+    first = client.chat.completions.create(model=MODEL, messages=HI).choices[0].message
     grown = [*HI, first.model_dump(exclude_none=True), {"role": "user", "content": "more"}]
-    client.chat.completions.create(model="m", messages=grown)
+    client.chat.completions.create(model=MODEL, messages=grown)
     summarised = [{"role": "user", "content": "Summary: 2 + 3, said one and two. Go on."}]
-    client.chat.completions.create(model="m", messages=summarised)
+    client.chat.completions.create(model=MODEL, messages=summarised)
     recorder = service.close_episode(key).recorder
     assert [len(s.spans) for s in recorder.samples] == [2, 1] and recorder.split_samples == 1
     assert recorder.samples[1].tokens[: recorder.samples[1].prompt_length] == prompt_ids(
@@ -401,7 +406,7 @@ def test_an_unknown_episode_path_is_a_404(serve, tiny):
     server, _ = serve(ScriptedTurns(tiny[1], []))
     with pytest.raises(openai.NotFoundError):
         _client(server.url.replace("/v1", "/episodes/nope/v1")).chat.completions.create(
-            model="m", messages=HI
+            model=MODEL, messages=HI
         )
 
 
@@ -441,7 +446,7 @@ def test_agentgym_serve_answers_the_client_and_sigterm_closes_its_port(tmp_path)
             except openai.APIConnectionError:
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
                 time.sleep(0.5)
-        reply = client.chat.completions.create(model="m", messages=HI, max_tokens=4)
+        reply = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4)
         assert reply.usage.completion_tokens <= 4
         assert psutil.Process(proc.pid).net_connections(kind="tcp")  # it listens
         proc.send_signal(signal.SIGTERM)
@@ -519,3 +524,63 @@ def test_the_server_listens_on_loopback_only(serve, tiny):
         if c.status == psutil.CONN_LISTEN and c.laddr.port == server.port
     ]
     assert listener.laddr.ip == "127.0.0.1"
+
+
+def _serving(port: int, grace_s: float):
+    """`agentgym serve --model tiny-random` in a process, once it answers /v1/models."""
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "AGENTGYM_SERVE_GRACE_S": str(grace_s)}
+    command = [sys.executable, "-m", "agentgym", "serve", "--model", "tiny-random",
+               "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    client, deadline = _client(f"http://127.0.0.1:{port}/v1"), time.monotonic() + 120
+    while True:
+        try:
+            client.models.list()
+            return proc, client
+        except openai.APIConnectionError:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.5)
+
+
+def _computing(client) -> None:
+    """A request that computes for minutes on tiny-random (8 x 1000 tokens), in a thread."""
+    import threading
+
+    def ask() -> None:
+        with contextlib.suppress(openai.APIError):
+            client.chat.completions.create(model=MODEL, messages=HI, n=8, max_tokens=1000)
+
+    threading.Thread(target=ask, daemon=True).start()
+
+
+@pytest.mark.parametrize("second", [None, "SIGINT"])
+def test_sigterm_while_a_request_computes_stops_in_bounded_time_a_second_signal_at_once(second):
+    import signal
+    import time
+
+    proc, client = _serving(_free_port(), grace_s=3)
+    try:
+        _computing(client)
+        time.sleep(2)  # the engine is decoding it
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        if second is None:
+            assert proc.wait(timeout=60) == 0
+            took = time.monotonic() - stopped
+            said = proc.stdout.read()
+            assert "requests still computing 3 s after the stop; exiting without them" in said
+            assert took < 3 + 10, took
+        else:
+            time.sleep(0.5)
+            proc.send_signal(getattr(signal, second))
+            assert proc.wait(timeout=10) == 128 + getattr(signal, second)
+            assert time.monotonic() - stopped < 3, "the second signal waited for the grace"
+            assert "SIGINT again: exiting now" in proc.stdout.read()
+    finally:
+        proc.kill()

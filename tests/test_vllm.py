@@ -475,14 +475,14 @@ def test_agentgym_serve_answers_through_the_vllm_engine(embedded, engine):
         with Server(create_app(service)) as server:
             client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
             messages = [{"role": "user", "content": "What is 2 + 3?"}]
-            reply = client.chat.completions.create(model="m", messages=messages, n=2, seed=1)
+            reply = client.chat.completions.create(model="embedded", messages=messages, n=2, seed=1)
             assert len(reply.choices) == 2 and all(c.message.content for c in reply.choices)
             key = service.open_episode()
             episode = openai.OpenAI(base_url=server.episode_url(key), api_key="u", max_retries=0)
-            first = episode.chat.completions.create(model="m", messages=messages).choices[0]
+            first = episode.chat.completions.create(model="embedded", messages=messages).choices[0]
             grown = [*messages, first.message.model_dump(exclude_none=True)]
             episode.chat.completions.create(
-                model="m", messages=[*grown, {"role": "user", "content": "Sure?"}]
+                model="embedded", messages=[*grown, {"role": "user", "content": "Sure?"}]
             )
             (sample,) = service.close_episode(key).recorder.samples
             start, end = sample.spans[0]

@@ -3,8 +3,10 @@
 Routes: `GET /v1/models`, `POST /v1/chat/completions`, and the same under
 `/episodes/<key>/v1/` for an episode being recorded (its requests are attributed by the
 path alone: an agent needs only its `base_url`). Errors have OpenAI's shape, status 400
-for a bad request (not FastAPI's 422), 401 for a wrong API key, 404 for an episode path
-not recording. A streamed reply (`stream: true`) is sent as server-sent events once the
+for a bad request (not FastAPI's 422), 401 for a wrong API key, 429 with Retry-After past
+`max_waiting` requests at once (an episode's not counted), 404 for an episode path
+not recording and for a model id the server does not serve (an episode's path takes any
+name). A streamed reply (`stream: true`) is sent as server-sent events once the
 completion is sampled: the content and the calls as one delta each, then `[DONE]`.
 """
 
@@ -22,7 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agentgym.serve.requests import BadRequest, read_body, too_large
-from agentgym.serve.service import ChatService, UnknownEpisode
+from agentgym.serve.service import ChatService, UnknownEpisode, UnknownModel
 
 
 def _error(
@@ -53,7 +55,20 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
     async def models(episode: str | None = None) -> dict[str, Any]:
         return service.models()
 
+    waiting = [0]  # requests off an episode's path, waiting or computing (one event loop)
+
     async def chat(request: Request, episode: str | None) -> Response:
+        if episode is not None:  # an episode's requests: as many as its run plays at once
+            return await answer(request, episode)
+        if waiting[0] >= service.limits.max_waiting:
+            return _busy(service.limits.max_waiting)
+        waiting[0] += 1
+        try:
+            return await answer(request, None)
+        finally:
+            waiting[0] -= 1
+
+    async def answer(request: Request, episode: str | None) -> Response:
         limits = service.limits
         try:
             declared = request.headers.get("content-length") or "0"
@@ -65,6 +80,10 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
             return JSONResponse(err.body(), status_code=400)
         except UnknownEpisode:
             return _error(404, f"no episode {episode!r} is being recorded", code="unknown_episode")
+        except UnknownModel as err:
+            served = service.model_name
+            why = f"The model {err.args[0]!r} does not exist; this server serves {served!r}"
+            return _error(404, f"{why} (GET /v1/models)", param="model", code="model_not_found")
         if isinstance(body, dict) and body.get("stream"):
             return StreamingResponse(_events(reply), media_type="text/event-stream")
         return JSONResponse(reply)
@@ -78,6 +97,16 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
         return await chat(request, episode)
 
     return app
+
+
+def _busy(most: int) -> JSONResponse:
+    """OpenAI's 429: the server holds `most` requests already; the client retries later."""
+    message = (
+        f"the server is busy: {most} requests are waiting or computing (--max-waiting); "
+        "retry after the Retry-After seconds"
+    )
+    body = {"message": message, "type": "requests", "param": None, "code": "rate_limit_exceeded"}
+    return JSONResponse({"error": body}, status_code=429, headers={"Retry-After": "1"})
 
 
 async def _events(reply: dict[str, Any]) -> AsyncIterator[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 
@@ -30,11 +31,38 @@ def check_host(host: str, api_key: str | None) -> None:
         )
 
 
+GRACE_S = float(os.environ.get("AGENTGYM_SERVE_GRACE_S", 20))
+"""How long `agentgym serve` waits, after SIGINT or SIGTERM, for the requests computing to
+end before it exits all the same (with 0: it was asked to stop, and it stopped)."""
+
+
+def on_signal(stop: threading.Event, number: int) -> None:
+    """The first SIGINT or SIGTERM: stop serving, within GRACE_S; a second: exit at once."""
+    if stop.is_set():
+        print(f"agentgym serve: {signal.Signals(number).name} again: exiting now", flush=True)
+        os._exit(128 + number)
+    stop.set()
+    timer = threading.Timer(GRACE_S, _overdue)
+    timer.daemon = True
+    timer.start()
+
+
+def _overdue() -> None:
+    print(
+        f"agentgym serve: requests still computing {GRACE_S:g} s after the stop; exiting "
+        "without them",
+        flush=True,
+    )
+    os._exit(0)
+
+
 def run_serve(
     config: Config, host: str, port: int, api_key: str | None, limits: ServeLimits | None = None
 ) -> None:
     """Loads `model.name` as the config says, and serves it until SIGINT or SIGTERM, after
-    which the listener, the engine and the policy are closed and it returns."""
+    which the listener, the engine and the policy are closed and it returns: within
+    `GRACE_S` (else it exits 0 without the requests still computing), or at once on a
+    second signal."""
     check_host(host, api_key)
     model, tokenizer = load_configured(config.model.name, config.model)
     model = place(model, config.model)
@@ -50,12 +78,13 @@ def run_serve(
         tool_parser=kwargs.get("tool_parser"),
         max_new_tokens=config.sampling.max_new_tokens,
         limits=limits,
+        aliases=(config.model.name or "embedded",),  # the name as the user gave it
     )
     calls = service.format.name
     print(f"agentgym serve: {service.model_name} at http://{host}:{port}/v1 ({calls} tool calls)")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, lambda number, _: on_signal(stop, number))
     try:
         with Server(create_app(service, api_key), host, port):
             stop.wait()

@@ -39,6 +39,9 @@ class ServeLimits:
     """The largest request body, in bytes (8 MiB)."""
     max_json_depth: int = 64
     """The deepest nesting of lists and objects in a request's JSON."""
+    max_waiting: int = 64
+    """The most requests waiting or computing at once (an episode's, bounded by its run, not
+    counted); one more is a 429 with Retry-After, not a wait behind them."""
 
 
 def too_large(size: int, limits: ServeLimits) -> BadRequest:

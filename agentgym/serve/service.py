@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -45,6 +46,10 @@ EPISODE_LIMITS = ServeLimits(max_tokens=1 << 20, max_n=1 << 20)
 
 class UnknownEpisode(KeyError):
     """A request on the path of an episode the service is not recording."""
+
+
+class UnknownModel(KeyError):
+    """A request, not on an episode's path, for a model this service does not serve."""
 
 
 def request_stream(seed: int, index: int) -> int:
@@ -82,6 +87,7 @@ class ChatService:
         tool_format: The text format ("hermes" or "react") for a model whose template does
             not render `tools=`; "auto" speaks native where it does, as environments do.
         max_new_tokens: A request's token limit when it gives none.
+        aliases: Other ids a request may name the model by (the name `--model` was given).
     """
 
     def __init__(
@@ -93,8 +99,10 @@ class ChatService:
         tool_parser: str | None = None,
         max_new_tokens: int = 512,
         limits: ServeLimits | None = None,
+        aliases: tuple[str, ...] = (),
     ):
         self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
+        self.aliases = aliases
         self.limits = limits or ServeLimits()
         self.context = context_tokens(engine.policy)
         self.format: ToolCallFormat = TemplateFormat(tool_format, tool_parser).resolve(tokenizer)
@@ -122,6 +130,12 @@ class ChatService:
 
     # -- requests ----------------------------------------------------------------
 
+    def served_names(self) -> set[str]:
+        """The model ids a request may name: `/v1/models`' id, the aliases, and the last
+        part of each that is a path."""
+        names = {self.model_name, *self.aliases}
+        return names | {Path(name).name for name in names}
+
     def models(self) -> dict[str, Any]:
         model = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "agentgym"}
         return {"object": "list", "data": [model]}
@@ -135,6 +149,8 @@ class ChatService:
         # an episode's requests sample within the run's limits whatever they ask
         limits = self.limits if recording is None else EPISODE_LIMITS
         request = read_request(body, self.max_new_tokens, limits)
+        if recording is None and request.model and request.model not in self.served_names():
+            raise UnknownModel(request.model)  # an episode's path takes any name
         if recording is not None and request.n != 1:
             raise BadRequest("n", "n must be 1 on an episode's path: an episode is one trajectory")
         recorder = recording.recorder if recording is not None else self.recorder()
