@@ -16,6 +16,8 @@ from agentgym.serve.endpoint import check_host
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND_MODULES = {  # what these print is the command's own output
     "agentgym/cli.py",
+    "agentgym/cli_flags.py",  # `agentgym train`: which config the default run reads
+    "agentgym/eval/command.py",  # `agentgym eval`: the run's env it plays, the tasks it sizes
     "agentgym/records.py",  # python -m agentgym.records: the metrics table for the docs
     "agentgym/serve/endpoint.py",
     "agentgym/serve/openenv_server.py",  # `agentgym serve-env`: where it serves, and when it stops

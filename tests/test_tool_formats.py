@@ -214,11 +214,19 @@ json_values = st.recursive(
     max_leaves=12,
 )
 arguments = st.dictionaries(keys, json_values, max_size=5)
+
+
 # Hermes takes any name that is not blank; ReAct a name on one line, without
 # surrounding whitespace, since the `Action:` line is stripped.
-hermes_names = (st.text(min_size=1) | model_text).filter(str.strip)
+# A tool's name is never a thinking tag: the parsers read only the text outside thinking (an
+# unclosed `<think>` hides all after it), so a name holding one cannot be read back.
+def _no_thinking(name: str) -> bool:
+    return "<think>" not in name and "</think>" not in name
+
+
+hermes_names = (st.text(min_size=1) | model_text).filter(str.strip).filter(_no_thinking)
 react_names = (st.text(min_size=1) | model_text).map(lambda s: s.replace("\n", " ").strip())
-react_names = react_names.filter(bool)
+react_names = react_names.filter(bool).filter(_no_thinking)
 formats = st.sampled_from(sorted(FORMATS))
 
 quick = settings(deadline=None)  # the machine may be busy; a slow example is no failure

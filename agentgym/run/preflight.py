@@ -219,8 +219,8 @@ def _env_problems(config: Config, command: Command) -> list[Problem]:
             *_readiness_problems(env, "run.env_kwargs", members),
             *_split_problems(config, command, agent),
             *_demonstration_problems(config, command, agent),
-            *_checker_problems(env, command),
         ]
+        problems += [] if problems else _checker_problems(env, command)
         levels = run.curriculum.levels
         found = level_problem(levels, agent, run.env) if command == "train" else None
         return problems + ([Problem("run.curriculum.levels", found)] if found else [])
@@ -372,8 +372,8 @@ def _checker_problems(env: gym.Env, command: Command) -> list[Problem]:
         cheap_checks(env)
     except AgentEnvCheckError as err:
         return [Problem("run.env", f"{err} (check_agent_env's cheap checks)")]
-    except NotImplementedError:
-        return []  # an env that cannot list its tasks here: its own problems say so
+    except Exception:  # noqa: BLE001: a task that fails to load fails its episode, by the
+        return []  # run's failure policy (run.max_failed_fraction), as a reset that raises
     return []
 
 
