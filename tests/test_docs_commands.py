@@ -157,6 +157,7 @@ NEEDS = {
         "results.md: agentgym train --config configs/openenv_add_two.yaml --output runs/add_two"
     ): OPENENV,
     "results.md: agentgym eval --benchmark tooltalk@20 --output runs/eval-tooltalk": ("tooltalk",),
+    "results.md: agentgym eval --benchmark tau2@5 --output runs/eval-tau2": ("tau2",),
     (
         "runs.md: agentgym train --env math --model ./my-sft-model --config "
         "configs/math.yaml --set grpo.beta=0.02"
