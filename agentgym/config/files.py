@@ -48,6 +48,11 @@ def shipped_config(name: str) -> Path:
     return Path(str(files("agentgym.configs"))) / f"{name}.yaml"
 
 
+def shipped_names() -> list[str]:
+    """The names of the shipped configs, as `--config NAME` takes them."""
+    return sorted(p.stem for p in shipped_config(DEFAULT_RUN).parent.glob("*.yaml"))
+
+
 def config_path(path: Path) -> Path:
     """`--config PATH`: the file when it exists; a bare name that no file has, such as
     `function_calls` or `math.yaml`, is the shipped config of that name where there is one."""
@@ -133,8 +138,8 @@ def read_yaml(path: Path) -> Any:
     """
     where = f"config file {str(path)!r}"
     if not Path(path).is_file():
-        shipped = sorted(p.stem for p in shipped_config("x").parent.glob("*.yaml"))
-        raise ConfigError(f"{where} does not exist (shipped, by name: {', '.join(shipped)})")
+        shipped = ", ".join(shipped_names())
+        raise ConfigError(f"{where} does not exist (shipped, by name: {shipped})")
     size = Path(path).stat().st_size
     if size > MAX_YAML_BYTES:
         raise ConfigError(

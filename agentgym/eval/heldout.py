@@ -185,8 +185,9 @@ class HeldOut:
         self.envs = [make_env(env_id, **env_kwargs) for _ in range(self.batch)]
         first = cast(AgentEnv, self.envs[0].unwrapped)  # make_env made an agent environment
         tasks = {t: first.load_task(t) for t in self.task_ids}
-        self.expected = {t: str(task.answer) for t, task in tasks.items()}
-        self.answers = {t: None if tasks[t].answer is None else self.expected[t] for t in tasks}
+        self.answers = {
+            t: None if task.answer is None else str(task.answer) for t, task in tasks.items()
+        }
         """What lenient correctness compares with: None for a task its calls alone judge."""
         self.categories = {t: task.metadata.get("category") for t, task in tasks.items()}
 
@@ -261,7 +262,7 @@ class HeldOut:
         results = [
             TaskResult(
                 t,
-                self.expected[t],
+                str(self.answers[t]),  # "None" where there is none, as the report shows it
                 EpisodeScore.of(g[0], self.answers[t]),
                 category=self.categories[t],
             )
