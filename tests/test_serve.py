@@ -549,14 +549,19 @@ def _serving(port: int, grace_s: float):
 
 
 def _computing(client) -> None:
-    """A request that computes for minutes on tiny-random (8 x 1000 tokens), in a thread."""
+    """Work that outlasts any grace in these tests, in threads: four greedy requests of
+    8 x 2000 tokens (greedy, so none ends early on a sampled end-of-text; one alone
+    takes about 4 s on tiny-random, and they queue behind each other)."""
     import threading
 
     def ask() -> None:
         with contextlib.suppress(openai.APIError):
-            client.chat.completions.create(model=MODEL, messages=HI, n=8, max_tokens=1000)
+            client.chat.completions.create(
+                model=MODEL, messages=HI, n=8, max_tokens=2000, temperature=0.0
+            )
 
-    threading.Thread(target=ask, daemon=True).start()
+    for _ in range(4):
+        threading.Thread(target=ask, daemon=True).start()
 
 
 @pytest.mark.parametrize("second", [None, "SIGINT"])
@@ -567,7 +572,7 @@ def test_sigterm_while_a_request_computes_stops_in_bounded_time_a_second_signal_
     proc, client = _serving(_free_port(), grace_s=3)
     try:
         _computing(client)
-        time.sleep(2)  # the engine is decoding it
+        time.sleep(1)  # the engine is decoding them
         stopped = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         if second is None:
