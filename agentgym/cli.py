@@ -16,6 +16,7 @@ from agentgym.cli_flags import add_config_arguments, default_run, names_env, par
 from agentgym.config import Config, ConfigError, EvalConfig
 from agentgym.config_cli import load, version
 from agentgym.extras import MissingExtraError, require_serve
+from agentgym.serve.agent_thread import stray_threads
 from agentgym.serve_cli import serve_parser
 from agentgym.serve_env_cli import cmd_serve_env, serve_env_parser
 from agentgym.view.view_command import cmd_view, view_parser
@@ -381,13 +382,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 def run() -> NoReturn:
     """The `agentgym` command and `python -m agentgym`: `main`, then exit with its code.
 
-    A torchrun rank whose process group outlived `agentgym.learn.dist.shutdown` (FSDP)
-    ends with `os._exit` after the exit handlers and a flush, skipping the
-    interpreter's teardown, during which gloo's threads can abort the process.
+    The process ends with `os._exit` after the exit handlers and a flush, skipping the
+    interpreter's teardown, where that teardown would hang or abort: a torchrun rank whose
+    process group outlived `agentgym.learn.dist.shutdown` (FSDP: gloo's threads can abort
+    it), and a thread someone else's code left running (an agent program's), which the
+    teardown would wait for forever.
     """
     code = main()
     dist = sys.modules.get("agentgym.learn.dist")  # not imported: no group was joined
-    if dist is not None and dist.group_outlived_shutdown():
+    outlived = dist is not None and dist.group_outlived_shutdown()
+    stray = stray_threads()
+    if stray:
+        names = ", ".join(stray[:5])
+        print(f"agentgym: {len(stray)} threads left running ({names}); exiting without them",
+              file=sys.stderr)  # fmt: skip
+    if outlived or stray:
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -95,3 +95,76 @@ async def as_the_rollout(client, task):
         messages += [message, *replies]
         if done:
             return messages
+
+
+# -- attacks (tests/test_attacks_agents.py) ----------------------------------------------
+
+
+async def blocks(client, task):
+    """Asks once, then blocks its thread (no await): nothing can cancel it."""
+    import time
+
+    await client.chat.completions.create(model="policy", messages=task.messages)
+    time.sleep(3600)
+
+
+async def ignores_cancellation(client, task):
+    """Asks once, then swallows every cancellation and waits on."""
+    await client.chat.completions.create(model="policy", messages=task.messages)
+    while True:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+
+
+async def exits(client, task):
+    """Asks once, then raises SystemExit, as `sys.exit(3)` in agent code does."""
+    await client.chat.completions.create(model="policy", messages=task.messages)
+    raise SystemExit(3)
+
+
+async def interrupts(client, task):
+    await client.chat.completions.create(model="policy", messages=task.messages)
+    raise KeyboardInterrupt
+
+
+async def leaves_a_thread(client, task):
+    """Asks once, starts a thread that is not a daemon and outlives the run, returns 1.0."""
+    import threading
+    import time
+
+    await client.chat.completions.create(model="policy", messages=task.messages)
+    threading.Thread(target=time.sleep, args=(3600,), name="agents-leftover", daemon=False).start()
+    return 1.0
+
+
+SEEN: dict[str, list] = {"urls": [], "answers": []}
+"""What `calls_another_episode` saw: the episodes' URLs, and the answers to its tries."""
+
+
+async def calls_another_episode(client, task):
+    """Asks once on its own path; the second episode of a group then guesses the first's
+    path from its own (`.../episodes/<id>.<secret>/v1`: ids count up) and sends a request
+    there: the other's id with its own secret, with none, with a made-up one."""
+    import openai
+
+    await client.chat.completions.create(model="policy", messages=task.messages)
+    own = str(client.base_url).rstrip("/")
+    SEEN["urls"].append(own)
+    while len(SEEN["urls"]) < 2:  # both episodes have asked once
+        await asyncio.sleep(0.05)
+    if own == SEEN["urls"][0]:
+        await asyncio.sleep(1.0)  # open while the other tries
+        return 1.0
+    root, key = own.removesuffix("/v1").rsplit("/", 1)
+    other = SEEN["urls"][0].removesuffix("/v1").rsplit("/", 1)[1].partition(".")[0]
+    secret = key.partition(".")[2]
+    for path in (f"{other}.{secret}", other, f"{other}.{'x' * 43}"):
+        guess = openai.AsyncOpenAI(base_url=f"{root}/{path}/v1", api_key="none", max_retries=0)
+        try:
+            await guess.chat.completions.create(model="policy", messages=task.messages)
+            SEEN["answers"].append(200)
+        except openai.APIStatusError as err:
+            SEEN["answers"].append(err.status_code)
+        finally:
+            await guess.close()
+    return 1.0

@@ -9,9 +9,9 @@ reward is what the agent returns, when a number, or else the environment's
 `judge(messages, task)` of the conversation it returns (its last request's messages and
 the reply, when it returns None).
 
-Faults are episodes, not dead runs: an agent that raises, runs past `run.agent_timeout_s`,
-returns something else, or sends no request gives an unscorable episode (advantage 0)
-whose `error` says which.
+Faults are episodes, not dead runs: an agent that raises (SystemExit too), runs or blocks
+past `run.agent_timeout_s`, returns something else, or sends no request gives an
+unscorable episode (advantage 0) whose `error` says which.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -34,6 +35,7 @@ from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.rollout.episodes import Job, episode_jobs, turn_stream, use_chat_template
 from agentgym.rollout.player import Submission, Versions, named_object
 from agentgym.rollout.samples import resampled
+from agentgym.serve.agent_thread import run_on_thread
 from agentgym.serve.engine import Engine
 from agentgym.serve.recorder import Sample
 from agentgym.serve.service import ChatService, Episode
@@ -71,10 +73,17 @@ class AgentTask:
     tools: list[dict[str, Any]]
     task: Task
     _env: gym.Env[Any, Any] | None = field(default=None, repr=False)  # wrapped: TimeLimit
+    _revoked: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def _check_open(self, what: str) -> None:
+        """RuntimeError once the episode has ended (its agent ran past its deadline)."""
+        if self._revoked.is_set():
+            raise RuntimeError(f"task {self.id!r}: {what} after the episode ended")
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Runs the environment's tool `name` in this episode's world, as the environment
         runs a call; returns the result text (or the error the environment would give)."""
+        self._check_open("call_tool")
         toolbox = getattr(self._env.unwrapped, "toolbox", None) if self._env else None
         if toolbox is None:
             raise RuntimeError(f"task {self.id!r}: the environment has no tools")
@@ -91,6 +100,7 @@ class AgentTask:
         the call it answers, and whether the episode is over. An agent that answers each
         turn this way plays the built-in rollout's conversation."""
         assert self._env is not None  # the player gives every task its env
+        self._check_open("env_step")
         text = Completion(cast(AgentEnv, self._env.unwrapped).turn_text(message), finish_reason)
         replies, _, terminated, truncated, _ = await asyncio.to_thread(self._env.step, text)
         ids = [c.get("id") for c in message.get("tool_calls") or []]
@@ -276,22 +286,26 @@ class AgentPlayer:
         return _Started(key, agent_task, group, obs, info)
 
     async def _run(self, start: _Started) -> Trajectory:
-        """Runs the agent on a started episode; its trajectory, judged."""
+        """Runs the agent on a started episode, on a thread of its own
+        (`agentgym.serve.agent_thread`); its trajectory, judged."""
         import openai  # the `serve` extra, checked when the player started
 
         task = start.task
-        client = openai.AsyncOpenAI(
-            base_url=self.server.episode_url(start.key), api_key="agentgym", max_retries=0
-        )
-        error, result = None, None
+        url = self.server.episode_url(start.key)  # its secret: no other episode's agent has it
+
+        async def play() -> Any:
+            client = openai.AsyncOpenAI(base_url=url, api_key="agentgym", max_retries=0)
+            try:
+                return await self.agent(client, task)
+            finally:
+                await client.close()
+
         try:
-            result = await asyncio.wait_for(self.agent(client, task), self.timeout_s)
-        except TimeoutError:
-            error = f"the agent ran past run.agent_timeout_s ({self.timeout_s:g} s)"
-        except Exception as err:  # the agent's bug fails its episode, not the run
-            error = f"the agent raised {type(err).__name__}: {err}"
-        finally:
-            await client.close()
+            (result, error), _ = await run_on_thread(
+                play, self.timeout_s, f"agentgym-agent-{task.id}"
+            )
+        finally:  # what the agent was given is revoked: its path, its environment
+            task._revoked.set()
             episode = self.service.close_episode(start.key)
         if episode.truncated and error is not None:
             # refused past the token budget, the agent gave up: judged on what it said, as

@@ -1,8 +1,9 @@
 """The HTTP side: FastAPI routes over a `ChatService`, and uvicorn run in a thread.
 
 Routes: `GET /v1/models`, `POST /v1/chat/completions`, and the same under
-`/episodes/<key>/v1/` for an episode being recorded (its requests are attributed by the
-path alone: an agent needs only its `base_url`). Errors have OpenAI's shape, status 400
+`/episodes/<id>.<secret>/v1/` for an episode being recorded (its requests are attributed
+by the path alone: an agent needs only its `base_url`; the path with another episode's
+id is 403 and recorded nowhere). Errors have OpenAI's shape, status 400
 for a bad request (not FastAPI's 422), 401 for a wrong API key, 429 with Retry-After past
 `max_waiting` requests at once (an episode's not counted), 404 for an episode path
 not recording and for a model id the server does not serve (an episode's path takes any
@@ -24,7 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agentgym.serve.requests import BadRequest, read_body, too_large
-from agentgym.serve.service import ChatService, UnknownEpisode, UnknownModel
+from agentgym.serve.service import ChatService, UnknownEpisode, UnknownModel, WrongEpisodeKey
 
 
 def _error(
@@ -80,6 +81,9 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
             return JSONResponse(err.body(), status_code=400)
         except UnknownEpisode:
             return _error(404, f"no episode {episode!r} is being recorded", code="unknown_episode")
+        except WrongEpisodeKey as err:
+            why = f"this path is not episode {err.args[0]!r}'s own (its secret differs)"
+            return _error(403, f"{why}; an agent calls its own episode only", code="wrong_episode")
         except UnknownModel as err:
             served = service.model_name
             why = f"The model {err.args[0]!r} does not exist; this server serves {served!r}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -48,6 +49,10 @@ class UnknownEpisode(KeyError):
     """A request on the path of an episode the service is not recording."""
 
 
+class WrongEpisodeKey(KeyError):
+    """A request on an episode's path without that episode's key: another episode's agent."""
+
+
 class UnknownModel(KeyError):
     """A request, not on an episode's path, for a model this service does not serve."""
 
@@ -78,6 +83,9 @@ class Episode:
     finish_reason: str = "stop"
     conversation: list[dict[str, Any]] = field(default_factory=list)
     """The last request's messages and the reply to it, in OpenAI's shape."""
+    closed: bool = False
+    """Closed episodes record nothing, not even a request that was sampling as it closed."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class ChatService:
@@ -110,6 +118,7 @@ class ChatService:
         self.max_new_tokens = max_new_tokens
         self.turn_end = find_turn_end(tokenizer)
         self.episodes: dict[str, Episode] = {}
+        self._opened = 0
 
     # -- episodes ----------------------------------------------------------------
 
@@ -119,14 +128,31 @@ class ChatService:
         params: SamplingParams | None = None,
         max_tokens: int | None = None,
     ) -> str:
-        """A new episode's key: its requests go to `/episodes/<key>/v1/...`."""
-        key = uuid.uuid4().hex
+        """A new episode's key, `<id>.<secret>`: its requests go to `/episodes/<key>/v1/...`.
+        The id counts the service's episodes; the secret (256 random bits) is what no other
+        episode's agent can guess, so the path is the capability to record into it."""
+        self._opened += 1
+        key = f"e{self._opened}.{secrets.token_urlsafe(32)}"
         self.episodes[key] = Episode(self.recorder(), streams, params, max_tokens)
         return key
 
+    def _recording(self, key: str) -> Episode:
+        """The episode whose path is `key`: UnknownEpisode when none with its id records,
+        WrongEpisodeKey when one does and `key` is not its own (another episode's agent)."""
+        episode_id = key.partition(".")[0]
+        for open_key, episode in list(self.episodes.items()):
+            if open_key.partition(".")[0] == episode_id:
+                if not secrets.compare_digest(key.encode(), open_key.encode()):
+                    raise WrongEpisodeKey(episode_id)
+                return episode
+        raise UnknownEpisode(key)
+
     def close_episode(self, key: str) -> Episode:
-        """The episode recorded under `key`, no longer recording."""
-        return self.episodes.pop(key)
+        """The episode recorded under `key`, no longer recording: its path answers 404."""
+        episode = self.episodes.pop(key)
+        with episode.lock:
+            episode.closed = True
+        return episode
 
     # -- requests ----------------------------------------------------------------
 
@@ -142,10 +168,9 @@ class ChatService:
 
     async def complete(self, body: Any, episode: str | None = None) -> dict[str, Any]:
         """The response to a chat-completion request `body`; BadRequest naming the field
-        when OpenAI's API would refuse it, UnknownEpisode for a path not recording."""
-        recording = None if episode is None else self.episodes.get(episode)
-        if episode is not None and recording is None:
-            raise UnknownEpisode(episode)
+        when OpenAI's API would refuse it, UnknownEpisode for a path not recording, and
+        WrongEpisodeKey for an episode's id without its secret."""
+        recording = None if episode is None else self._recording(episode)
         # an episode's requests sample within the run's limits whatever they ask
         limits = self.limits if recording is None else EPISODE_LIMITS
         request = read_request(body, self.max_new_tokens, limits)
@@ -174,8 +199,11 @@ class ChatService:
             text = recorder.text(prepared, gen)
             message, finish = self._reply(request, text, gen)
             if recording is not None:
-                recorder.record(prepared, request.messages, gen, version, message)
-                self._note(recording, body, message, gen)
+                with recording.lock:
+                    if recording.closed:  # its agent ran past its deadline: not recorded
+                        raise UnknownEpisode(episode)
+                    recorder.record(prepared, request.messages, gen, version, message)
+                    self._note(recording, body, message, gen)
             choices.append(self._choice(index, message, finish, gen, request.logprobs))
         completion = sum(len(g.ids) for g, _ in results)
         return {
