@@ -152,3 +152,76 @@ def test_past_max_waiting_a_request_is_a_429_with_retry_after_and_the_next_is_se
     holder.join(60)
     assert first[0][0] == 200
     assert _post(server.url, _ask(max_tokens=2))[0] == 200  # its place is free again
+
+
+def test_a_client_that_goes_away_has_its_sampling_cancelled_within_a_step(serve, tiny):  # noqa: F811
+    """Before: 20 dropped requests were all computed, and the next waited 213 s. Greedy
+    8 x 2000 tokens take about 4 s on tiny-random; the client leaves after 1 s."""
+    import httpx
+
+    policy = Recording(HFPolicy(*tiny))
+    server, _ = serve(policy)
+    body = _ask(n=8, max_tokens=2000, temperature=0.0)
+    left = time.monotonic()
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{server.url}/chat/completions", content=body, timeout=1.0)
+    while len(policy.calls) < 8 and time.monotonic() - left < 30:
+        time.sleep(0.05)
+    lengths = [len(g.ids) for _, g in policy.calls]
+    assert len(lengths) == 8 and 0 < max(lengths) < 2000, lengths
+    assert {g.finish_reason for _, g in policy.calls} == {"length"}
+    assert _post(server.url, _ask(max_tokens=2))[0] == 200
+
+
+def test_a_requests_cache_grows_with_what_it_generates_and_samples_the_same(tiny, monkeypatch):
+    """Before: the cache reserved prompt + max_tokens up front (n = 4, max_tokens 2^20:
+    +2.1 GB before the first token). Now 512 ahead, doubling as it fills; greedy ids and
+    logprobs past that are bit for bit those of a cache that reserved everything."""
+    from agentgym.policy import kv_cache
+    from agentgym.policy.base import SamplingParams
+
+    policy = HFPolicy(*tiny)
+    cache, *_ = policy.prefill([[5, 6, 7]], 1 << 20)
+    assert {layer._keys.shape[-2] for layer in cache.layers} == {3 + 512}
+    params = SamplingParams(max_new_tokens=1300, temperature=0.0)
+    grown = policy.generate([HI_IDS, HI_IDS[:5]], params)
+    monkeypatch.setattr(kv_cache, "RESERVED_AHEAD", 1 << 20)
+    reserved = policy.generate([HI_IDS, HI_IDS[:5]], params)
+    assert [len(g.ids) for g in grown] == [1300, 1300]  # greedy tiny-random runs to the cap
+    assert grown == reserved
+
+
+HI_IDS = [11, 42, 7, 99, 3, 250, 17, 64]
+
+
+class Unallocatable(Recording):
+    """The real policy, except that a request for more than 1000 tokens makes a real
+    allocation that fails (32 TiB), as a batch past the machine's memory does."""
+
+    def generate(self, prompts, params, streams=None):
+        if params.max_new_tokens > 1000:
+            import torch
+
+            torch.empty(1 << 45, dtype=torch.uint8)
+        return super().generate(prompts, params, streams)
+
+
+def test_an_allocation_that_fails_is_a_503_for_that_request_and_the_server_goes_on(serve, tiny):  # noqa: F811
+    server, _ = serve(Unallocatable(HFPolicy(*tiny)))
+    headers: dict = {}
+    status, reply, _ = _post(server.url, _ask(max_tokens=1500), headers)
+    assert status == 503 and reply["error"]["code"] == "out_of_memory", reply
+    assert "failed to allocate memory" in reply["error"]["message"]
+    assert headers.get("retry-after") == "1"
+    assert _post(server.url, _ask(max_tokens=2))[0] == 200
+
+
+def test_text_past_what_the_context_can_hold_is_refused_before_it_is_tokenized(serve, tiny):  # noqa: F811
+    """tiny-random: 2048 tokens of context, at most 16 characters a token."""
+    server, _ = serve(Recording(HFPolicy(*tiny)))
+    big = json.dumps(
+        {"model": "tiny-random", "messages": [{"role": "user", "content": "x" * 40_000}]}
+    )
+    status, reply, _ = _post(server.url, big.encode())
+    _refused(status, reply, "messages", "messages have 40000 characters, at least 2500 tokens")
+    assert reply["error"]["code"] == "context_length_exceeded"

@@ -83,6 +83,9 @@ class Recording(PolicyBase):
     def load_weights(self, named_tensors) -> None:
         self.inner.load_weights(named_tensors)
 
+    def cancelling(self, cancelled):
+        return self.inner.cancelling(cancelled)
+
 
 @pytest.fixture(scope="module")
 def tiny():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
@@ -105,6 +105,12 @@ class Policy(Protocol):
         """Within the block the backend frees what it can (GPU memory) for the learner."""
         ...
 
+    def cancelling(self, cancelled: Callable[[int], bool]) -> AbstractContextManager[None]:
+        """Within the block, `generate` may end prompt i's row early, as cut ("length"),
+        once `cancelled(i)` is true (the server's client went away): the transformers
+        backend at its next decode step; the others sample every row to its end."""
+        ...
+
     def close(self) -> None:
         """Frees the backend (an engine, its folder); the policy is unusable after."""
         ...
@@ -133,6 +139,9 @@ class PolicyBase:
         return contextlib.nullcontext()
 
     def released(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def cancelling(self, cancelled: Callable[[int], bool]) -> AbstractContextManager[None]:
         return contextlib.nullcontext()
 
     def close(self) -> None:
@@ -172,6 +181,10 @@ class _Plain(PolicyBase):
     def released(self) -> AbstractContextManager[None]:
         own = getattr(self.inner, "released", None)
         return own() if own is not None else contextlib.nullcontext()
+
+    def cancelling(self, cancelled: Callable[[int], bool]) -> AbstractContextManager[None]:
+        own = getattr(self.inner, "cancelling", None)
+        return own(cancelled) if own is not None else contextlib.nullcontext()
 
     def close(self) -> None:
         own = getattr(self.inner, "close", None)

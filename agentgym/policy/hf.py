@@ -13,7 +13,7 @@ is in the batch.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
 import numpy as np
@@ -24,7 +24,7 @@ from transformers.cache_utils import Cache
 from agentgym.compat import cache_kwarg
 from agentgym.policy.base import Generation, PolicyBase, SamplingParams, check_generate_args
 from agentgym.policy.hf_turns import HFTurnStream, evaluating
-from agentgym.policy.kv_cache import ReservedCache, ReservedLayer
+from agentgym.policy.kv_cache import ReservedCache, ReservedLayer, room_ahead
 from agentgym.policy.sampling import sample_ids, stream_uniforms
 from agentgym.policy.turn_end import TurnEnd, find_turn_end
 
@@ -137,6 +137,7 @@ class HFPolicy(PolicyBase):
         self.pad_id = tokenizer.pad_token_id
         self._generator: torch.Generator | None = None
         self._kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._cancelled: Callable[[int], bool] | None = None
         self.cache_kwarg = cache_kwarg(model)
 
     @property
@@ -157,17 +158,30 @@ class HFPolicy(PolicyBase):
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = slice(start, start + self.batch_size)
-            out.extend(
-                self._generate_chunk(prompts[chunk], params, None if keys is None else keys[chunk])
-            )
+            streamed = None if keys is None else keys[chunk]
+            out.extend(self._generate_chunk(prompts[chunk], params, streamed, start))
         return out
+
+    @contextlib.contextmanager
+    def cancelling(self, cancelled: Callable[[int], bool]) -> Iterator[None]:
+        """Within the block, `generate` drops prompt i's row at the decode step after
+        `cancelled(i)` turns true (its client went away); see `Policy.cancelling`."""
+        self._cancelled = cancelled
+        try:
+            yield
+        finally:
+            self._cancelled = None
 
     @torch.no_grad()
     def _generate_chunk(
-        self, prompts: list[list[int]], params: SamplingParams, streams: np.ndarray | None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        streams: np.ndarray | None,
+        first: int = 0,
     ) -> list[Generation]:
         with evaluating(self.model):
-            return self._decode_loop(prompts, params, streams)
+            return self._decode_loop(prompts, params, streams, first)
 
     def _uniforms(self, rows: list[int], streams: np.ndarray | None, index: int) -> torch.Tensor:
         """Each live row's uniform for its `index`-th new token."""
@@ -233,7 +247,7 @@ class HFPolicy(PolicyBase):
         reused = [len(k) if k is not None else 0 for k in keys]
         width = max(reused)
         capacity = width + max(len(p) - r for p, r in zip(prompts, reused, strict=True))
-        capacity += max_new_tokens
+        capacity += room_ahead(max_new_tokens)
         cache = ReservedCache(capacity)
         first = next(self._kept[k] for k in keys if k is not None)
         for index, (k0, v0) in enumerate(first):
@@ -289,7 +303,7 @@ class HFPolicy(PolicyBase):
         keys = self._reusable(prompts) if self._kept else [None] * len(prompts)
         if any(k is not None for k in keys):
             return self._prefill_reused(prompts, keys, max_new_tokens)
-        cache = ReservedCache(capacity=max(len(p) for p in prompts) + max_new_tokens)
+        cache = ReservedCache(capacity=max(len(p) for p in prompts) + room_ahead(max_new_tokens))
         logits, mask, positions = self._prefill(prompts, cache)
         return cache, logits, mask, positions
 
@@ -301,9 +315,14 @@ class HFPolicy(PolicyBase):
             yield HFTurnStream(self, params)
 
     def _decode_loop(
-        self, prompts: list[list[int]], params: SamplingParams, streams: np.ndarray | None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        streams: np.ndarray | None,
+        first: int = 0,
     ) -> list[Generation]:
-        """Samples until every row stopped or hit the budget; finished rows leave the batch."""
+        """Samples until every row stopped or hit the budget; finished rows leave the batch,
+        and so do cancelled ones (`cancelling`; `first` is the index of prompts[0] there)."""
         cache, logits, mask, positions = self.prefill(prompts, params.max_new_tokens)
         stop = torch.tensor(sorted(self.stop_ids), device=self.device)
         rows = list(range(len(prompts)))  # prompt index of each live row
@@ -323,6 +342,9 @@ class HFPolicy(PolicyBase):
             for k in stopped.nonzero().flatten().tolist():
                 reasons[rows[k]] = "stop"
                 self.keep(prompts[rows[k]], ids[rows[k]], cache, k, mask)
+            if self._cancelled is not None:  # a cancelled row ends as cut ("length")
+                gone = [self._cancelled(first + row) for row in rows]
+                stopped |= torch.tensor(gone, device=self.device)
             if step + 1 == params.max_new_tokens or bool(stopped.all()):
                 for k in (~stopped).nonzero().flatten().tolist():
                     self.keep(prompts[rows[k]], ids[rows[k]], cache, k, mask)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from agentgym.policy.base import Generation, SamplingParams
-from agentgym.policy.kv_cache import ReservedCache, stack_rows
+from agentgym.policy.kv_cache import ReservedCache, room_ahead, stack_rows
 from agentgym.policy.sampling import sample_ids, stream_uniforms
 from agentgym.policy.turn_end import TurnEnd
 
@@ -166,7 +166,7 @@ class HFTurnStream:
             self.batch = _Batch(joining, cache, logits, mask, positions)
             return
         parts = [(self.batch.cache, self.batch.mask), (cache, mask)]
-        stacked, mask = stack_rows(parts, self.params.max_new_tokens)
+        stacked, mask = stack_rows(parts, room_ahead(self.params.max_new_tokens))
         self.batch = _Batch(
             self.batch.keys + joining,
             stacked,

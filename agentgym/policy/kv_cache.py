@@ -8,6 +8,16 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
+RESERVED_AHEAD = 512
+"""The most positions a new cache reserves past its prompt; past them it grows by doubling.
+So a request that asks a million tokens reserves 512, and its memory grows with what it
+generates, not with what it asked for."""
+
+
+def room_ahead(max_new_tokens: int) -> int:
+    """The positions to reserve for a completion of at most `max_new_tokens`."""
+    return min(max_new_tokens, RESERVED_AHEAD)
+
 
 class ReservedLayer(DynamicLayer):
     """A `DynamicLayer` that writes new keys and values into reserved room.

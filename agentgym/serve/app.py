@@ -13,10 +13,12 @@ completion is sampled: the content and the calls as one delta each, then `[DONE]
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import json
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import uvicorn
@@ -24,15 +26,45 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from agentgym.serve.engine import OutOfMemory
 from agentgym.serve.requests import BadRequest, read_body, too_large
 from agentgym.serve.service import ChatService, UnknownEpisode, UnknownModel, WrongEpisodeKey
 
 
 def _error(
-    status: int, message: str, param: str | None = None, code: str | None = None
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    retry_after: bool = False,
 ) -> JSONResponse:
     body = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
-    return JSONResponse({"error": body}, status_code=status)
+    headers = {"Retry-After": "1"} if retry_after else None
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its reply was ready."""
+
+
+async def _unless_gone(request: Request, work: Coroutine[Any, Any, Any]) -> Any:
+    """`work`'s result; cancelled (and ClientGone raised) once the client disconnects: its
+    sampling stops within a decode step (`agentgym.serve.engine`). The body has been read,
+    so the next message the server receives for the request is its disconnect."""
+
+    async def disconnect() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(disconnect())
+    await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        gone.cancel()
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    raise ClientGone
 
 
 def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
@@ -76,11 +108,15 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
             if declared.isdigit() and int(declared) > limits.max_body_bytes:
                 raise too_large(int(declared), limits)  # refused before it is read
             body = read_body(await request.body(), limits)
-            reply = await service.complete(body, episode)
+            reply = await _unless_gone(request, service.complete(body, episode))
         except BadRequest as err:
             return JSONResponse(err.body(), status_code=400)
+        except ClientGone:  # none reads it
+            return Response(status_code=499)
         except UnknownEpisode:
             return _error(404, f"no episode {episode!r} is being recorded", code="unknown_episode")
+        except OutOfMemory as err:  # this request fails; the server goes on
+            return _error(503, str(err), code="out_of_memory", retry_after=True)
         except WrongEpisodeKey as err:
             why = f"this path is not episode {err.args[0]!r}'s own (its secret differs)"
             return _error(403, f"{why}; an agent calls its own episode only", code="wrong_episode")

@@ -9,17 +9,44 @@ joined mid-decode: the transformers backend decodes a batch to its end).
 
 `version` is the policy version sampling now; the training loop sets it after each weight
 sync, under `lock`, which `generate` holds too.
+
+A request whose future is cancelled (its client went away) is dropped before it decodes,
+and while it decodes at the next step (`Policy.cancelling`, the transformers backend). A
+batch whose sampling fails fails its requests, never the engine: an allocation that fails
+is `OutOfMemory` (the server answers 503), any other error is passed on as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 
-from agentgym.policy.base import Generation, Policy, SamplingParams
+from agentgym.policy.base import Generation, Policy, SamplingParams, as_policy
+
+
+class OutOfMemory(MemoryError):
+    """Sampling a batch failed to allocate memory; its requests fail, the engine goes on."""
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is an allocation that failed (Python's, or torch's on CPU or GPU)."""
+    said = str(err).lower()
+    return (
+        isinstance(err, MemoryError) or "can't allocate memory" in said or ("out of memory" in said)
+    )
+
+
+def _settle(future: Future, result: object = None, error: BaseException | None = None) -> None:
+    """Gives `future` its result or error, unless it was cancelled meanwhile."""
+    with contextlib.suppress(InvalidStateError):
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
 
 @dataclass
@@ -107,19 +134,29 @@ class Engine:
             except queue.Empty:
                 return
             if late is not None:
-                late.future.set_exception(RuntimeError("the engine is closed"))
+                _settle(late.future, error=RuntimeError("the engine is closed"))
 
     def _sample(self, params: SamplingParams, items: list[_Pending]) -> None:
+        items = [i for i in items if not i.future.cancelled()]  # their clients went away
+        if not items:
+            return
         try:
-            with self.lock:
+            cancelled = as_policy(self.policy).cancelling(lambda k: items[k].future.cancelled())
+            with self.lock, cancelled:
                 self.batches.append(len(items))
                 version = self.version
                 gens = self.policy.generate(
                     [i.prompt for i in items], params, [i.stream for i in items]
                 )
         except Exception as err:  # the requests fail; the engine goes on
+            if _out_of_memory(err):
+                rows = sum(len(i.prompt) + params.max_new_tokens for i in items)
+                err = OutOfMemory(
+                    f"sampling a batch of {len(items)} requests ({rows} tokens at most) "
+                    f"failed to allocate memory: {err}"
+                )
             for item in items:
-                item.future.set_exception(err)
+                _settle(item.future, error=err)
             return
         for item, gen in zip(items, gens, strict=True):
-            item.future.set_result((gen, version))
+            _settle(item.future, (gen, version))

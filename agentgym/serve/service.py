@@ -113,6 +113,9 @@ class ChatService:
         self.aliases = aliases
         self.limits = limits or ServeLimits()
         self.context = context_tokens(engine.policy)
+        self.longest_token = max((len(t) for t in tokenizer.get_vocab()), default=1)
+        """The most characters one token stands for (its vocabulary's longest entry: a
+        byte-level token decodes to at most as many characters as its entry has)."""
         self.format: ToolCallFormat = TemplateFormat(tool_format, tool_parser).resolve(tokenizer)
         self.native = isinstance(self.format, NativeFormat)
         self.max_new_tokens = max_new_tokens
@@ -178,6 +181,7 @@ class ChatService:
             raise UnknownModel(request.model)  # an episode's path takes any name
         if recording is not None and request.n != 1:
             raise BadRequest("n", "n must be 1 on an episode's path: an episode is one trajectory")
+        self._tokenizable(request)
         recorder = recording.recorder if recording is not None else self.recorder()
         opening = self._opening(request)
         try:
@@ -193,7 +197,12 @@ class ChatService:
             params = self._within_context(body, params, len(prepared.prompt))
         streams = self._streams(request, recording)
         futures = [self.engine.submit(prepared.prompt, params, s) for s in streams]
-        results = [await asyncio.wrap_future(f) for f in futures]
+        try:
+            results = [await asyncio.wrap_future(f) for f in futures]
+        except BaseException:  # cancelled (the client went away) or failed: none is needed
+            for future in futures:
+                future.cancel()
+            raise
         choices = []
         for index, (gen, version) in enumerate(results):
             text = recorder.text(prepared, gen)
@@ -218,6 +227,23 @@ class ChatService:
                 "total_tokens": len(prepared.prompt) + completion,
             },
         }
+
+    def _tokenizable(self, request: ChatRequest) -> None:
+        """A 400 before tokenizing, for messages whose text holds more tokens than the
+        context for certain: each token is at most `longest_token` characters. Tokenizing
+        a megabyte takes seconds and memory the tokenizer may fail to allocate, which
+        aborts the process (a Rust allocation failure cannot be caught)."""
+        if self.context is None:
+            return
+        text = sum(len(m.content) for m in request.messages)
+        if text > self.context * self.longest_token:
+            raise BadRequest(
+                "messages",
+                f"this model's maximum context length is {self.context} tokens; the request's "
+                f"messages have {text} characters, at least {-(-text // self.longest_token)} "
+                f"tokens (a token is at most {self.longest_token} characters)",
+                code="context_length_exceeded",
+            )
 
     def _within_context(self, body: Any, params: SamplingParams, prompt: int) -> SamplingParams:
         """`params` with a token limit the model's context holds beside the prompt: one the
