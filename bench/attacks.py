@@ -14,6 +14,7 @@ failure instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,23 +94,37 @@ def damage(path: Path, how: str) -> None:
     path.write_bytes(bytes(data))
 
 
-def run(checkout: Path, args: list[str], timeout: float, memory_gb: float) -> dict:
-    """One agentgym command on `checkout`: exit code, seconds, peak RSS (MB), last line."""
+@contextlib.contextmanager
+def checkout_tree(checkout: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A copy of `checkout`'s package laid out as installed (its `envs/` and `sandboxes/`
+    inside it), and the environment that imports it (its `tests/` on the path too)."""
     tree = Path(tempfile.mkdtemp(prefix="attack-tree-"))
     try:
         shutil.copytree(checkout / "agentgym", tree / "agentgym", symlinks=True)
         for name in ("envs", "sandboxes"):
             (tree / "agentgym" / name).unlink(missing_ok=True)
             shutil.copytree(checkout / name, tree / "agentgym" / name)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(checkout / "tests")]))
-        limit = int(memory_gb * (1 << 30))
+        yield (
+            tree,
+            dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(checkout / "tests")])),
+        )
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
 
-        def held() -> None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
+def address_limit(memory_gb: float) -> Callable[[], None]:
+    """A child's `preexec_fn` holding it to `memory_gb` of address space."""
+    limit = int(memory_gb * (1 << 30))
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def run(checkout: Path, args: list[str], timeout: float, memory_gb: float) -> dict:
+    """One agentgym command on `checkout`: exit code, seconds, peak RSS (MB), last line."""
+    with checkout_tree(checkout) as (tree, env):
         cmd = ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "agentgym", *args]
         started = time.monotonic()
         try:
+            held = address_limit(memory_gb)
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                   env=env, cwd=tree, preexec_fn=held)  # fmt: skip
         except subprocess.TimeoutExpired:
@@ -119,8 +135,6 @@ def run(checkout: Path, args: list[str], timeout: float, memory_gb: float) -> di
         peak_mb = int(peak) // 1024 if peak.isdigit() else None
         return {"exit": done.returncode, "seconds": round(seconds, 1), "peak_mb": peak_mb,
                 "said": said[:160]}  # fmt: skip
-    finally:
-        shutil.rmtree(tree, ignore_errors=True)
 
 
 def side(checkout: Path, timeout: float, memory_gb: float) -> dict[str, dict]:
