@@ -225,3 +225,18 @@ def test_text_past_what_the_context_can_hold_is_refused_before_it_is_tokenized(s
     status, reply, _ = _post(server.url, big.encode())
     _refused(status, reply, "messages", "messages have 40000 characters, at least 2500 tokens")
     assert reply["error"]["code"] == "context_length_exceeded"
+
+
+def test_of_requests_taken_together_the_shorter_are_sampled_first(tiny):
+    from agentgym.policy.base import SamplingParams
+    from agentgym.serve.engine import Engine
+
+    policy = Recording(HFPolicy(*tiny))
+    engine = Engine(policy, gather_s=0.5, gather_max_s=1.0)
+    try:
+        long = engine.submit(HI_IDS, SamplingParams(max_new_tokens=300, temperature=0.0), 1)
+        short = engine.submit(HI_IDS[:4], SamplingParams(max_new_tokens=3, temperature=0.0), 2)
+        assert len(short.result(60)[0].ids) == 3 and len(long.result(60)[0].ids) == 300
+    finally:
+        engine.close()
+    assert [len(p) for p, _ in policy.calls] == [4, 8]  # the short prompt's call came first

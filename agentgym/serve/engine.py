@@ -5,7 +5,8 @@ waiting, and more while they keep arriving (until `gather_s` passes without one,
 `gather_max_s` after the first), and samples them in one `generate` call per set of
 sampling parameters: 16 agents released together decode as one batch of 16.
 A prompt that arrives while a batch decodes goes into the next one (the batch is not
-joined mid-decode: the transformers backend decodes a batch to its end).
+joined mid-decode: the transformers backend decodes a batch to its end); of the sets taken
+together, those asking fewer tokens are sampled first.
 
 `version` is the policy version sampling now; the training loop sets it after each weight
 sync, under `lock`, which `generate` holds too.
@@ -126,7 +127,8 @@ class Engine:
             groups: dict[SamplingParams, list[_Pending]] = {}
             for item in batch:
                 groups.setdefault(item.params, []).append(item)
-            for params, items in groups.items():
+            # the shortest first: a long request taken with short ones does not hold them up
+            for params, items in sorted(groups.items(), key=lambda g: g[0].max_new_tokens):
                 self._sample(params, items)
         while True:  # prompts submitted while closing get an error, not a hang
             try:
