@@ -240,3 +240,32 @@ def test_of_requests_taken_together_the_shorter_are_sampled_first(tiny):
     finally:
         engine.close()
     assert [len(p) for p, _ in policy.calls] == [4, 8]  # the short prompt's call came first
+
+
+def test_served_continuously_a_short_request_does_not_wait_for_a_long_one(tiny):
+    """`agentgym serve`'s engine (continuous): a short request submitted while a long one
+    decodes ends long before it, and both sample what `generate` samples for their streams
+    (greedy, so the ids are exact)."""
+    from agentgym.policy.base import SamplingParams
+    from agentgym.serve.engine import Engine
+
+    policy = HFPolicy(*tiny)
+    engine = Engine(policy, continuous=True)
+    assert engine.continuous
+    long_params = SamplingParams(max_new_tokens=1500, temperature=0.0)
+    short_params = SamplingParams(max_new_tokens=5, temperature=0.0)
+    try:
+        long = engine.submit(HI_IDS, long_params, 1)
+        time.sleep(0.5)  # it decodes
+        short = engine.submit(HI_IDS[:4], short_params, 2)
+        (gen, _) = short.result(60)
+        assert not long.done(), "the short request waited for the long one"
+        (long_gen, _) = long.result(120)
+        dropped = engine.submit(HI_IDS, long_params, 3)
+        time.sleep(0.3)
+        dropped.cancel()
+        assert engine.submit(HI_IDS[:4], short_params, 4).result(60)[0] == gen
+    finally:
+        engine.close()
+    assert gen == policy.generate([HI_IDS[:4]], short_params)[0]
+    assert long_gen == policy.generate([HI_IDS], long_params)[0]

@@ -98,6 +98,24 @@ class HFTurnStream:
         self.rows[key] = _Row(list(prompt), stream, [], [])
         self.waiting.append(key)
 
+    def drop(self, key: int) -> None:
+        """Ends the turn under `key` now, without returning it (its caller went away)."""
+        self.rows.pop(key)
+        if key in self.waiting:
+            self.waiting.remove(key)
+            return
+        batch = self.batch
+        assert batch is not None and key in batch.keys  # a live turn waits or runs
+        going = [i for i, k in enumerate(batch.keys) if k != key]
+        if not going:
+            self.batch = None
+            return
+        index = torch.tensor(going, device=batch.mask.device)
+        batch.cache.batch_select_indices(index)
+        batch.keys = [batch.keys[i] for i in going]
+        batch.logits, batch.mask = batch.logits[index], batch.mask[index]
+        batch.positions = batch.positions[index]
+
     @torch.no_grad()
     def step(self) -> list[tuple[int, Generation]]:
         """Joins the turns waiting (as room allows), samples one id for every running row,

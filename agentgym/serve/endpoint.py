@@ -68,7 +68,7 @@ def run_serve(
     model = place(model, config.model)
     engine_dir = engine_folder(config, model, tokenizer)
     policy = make_policy(config, model, tokenizer, engine_dir=engine_dir)
-    engine = Engine(policy)
+    engine = Engine(policy, continuous=True)  # no weights change while it serves
     kwargs = config.run.env_kwargs
     service = ChatService(
         engine,

@@ -27,6 +27,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 
 from agentgym.policy.base import Generation, Policy, SamplingParams, as_policy
+from agentgym.serve.continuous import continuous_loop, serves_continuously
 
 
 class OutOfMemory(MemoryError):
@@ -41,13 +42,25 @@ def _out_of_memory(err: BaseException) -> bool:
     )
 
 
-def _settle(future: Future, result: object = None, error: BaseException | None = None) -> None:
+def settle(future: Future, result: object = None, error: BaseException | None = None) -> None:
     """Gives `future` its result or error, unless it was cancelled meanwhile."""
     with contextlib.suppress(InvalidStateError):
         if error is not None:
             future.set_exception(error)
         else:
             future.set_result(result)
+
+
+def failed(err: Exception, items: list[_Pending], params: SamplingParams) -> Exception:
+    """The error the requests of a batch whose sampling raised `err` get: `OutOfMemory`
+    where an allocation failed, else `err` itself."""
+    if not _out_of_memory(err):
+        return err
+    rows = sum(len(i.prompt) + params.max_new_tokens for i in items)
+    return OutOfMemory(
+        f"sampling a batch of {len(items)} requests ({rows} tokens at most) "
+        f"failed to allocate memory: {err}"
+    )
 
 
 @dataclass
@@ -66,6 +79,8 @@ class Engine:
         gather_s: The quiet time that closes a batch: how long to wait for one more prompt.
         gather_max_s: The longest a batch's first prompt waits for others.
         max_batch: Most prompts in one `generate` call.
+        continuous: Requests join and leave decoding at every step where the policy can
+            (`agentgym.serve.continuous`: the transformers backend, no weight changes).
     """
 
     def __init__(
@@ -74,6 +89,7 @@ class Engine:
         gather_s: float = 0.01,
         gather_max_s: float = 0.1,
         max_batch: int = 256,
+        continuous: bool = False,
     ):
         self.policy = policy
         self.gather_s, self.gather_max_s, self.max_batch = gather_s, gather_max_s, max_batch
@@ -81,7 +97,11 @@ class Engine:
         self.lock = threading.Lock()
         self.batches: list[int] = []  # the size of each generate call made, in order
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="agentgym-engine", daemon=True)
+        loop = continuous_loop if continuous and serves_continuously(policy) else Engine._loop
+        self.continuous = loop is continuous_loop
+        self._thread = threading.Thread(
+            target=loop, args=(self,), name="agentgym-engine", daemon=True
+        )
         self._thread.start()
 
     def submit(
@@ -130,13 +150,17 @@ class Engine:
             # the shortest first: a long request taken with short ones does not hold them up
             for params, items in sorted(groups.items(), key=lambda g: g[0].max_new_tokens):
                 self._sample(params, items)
-        while True:  # prompts submitted while closing get an error, not a hang
+        self.fail_late()
+
+    def fail_late(self) -> None:
+        """Prompts submitted while closing get an error, not a hang."""
+        while True:
             try:
                 late = self._queue.get_nowait()
             except queue.Empty:
                 return
             if late is not None:
-                _settle(late.future, error=RuntimeError("the engine is closed"))
+                settle(late.future, error=RuntimeError("the engine is closed"))
 
     def _sample(self, params: SamplingParams, items: list[_Pending]) -> None:
         items = [i for i in items if not i.future.cancelled()]  # their clients went away
@@ -151,14 +175,9 @@ class Engine:
                     [i.prompt for i in items], params, [i.stream for i in items]
                 )
         except Exception as err:  # the requests fail; the engine goes on
-            if _out_of_memory(err):
-                rows = sum(len(i.prompt) + params.max_new_tokens for i in items)
-                err = OutOfMemory(
-                    f"sampling a batch of {len(items)} requests ({rows} tokens at most) "
-                    f"failed to allocate memory: {err}"
-                )
+            error = failed(err, items, params)
             for item in items:
-                _settle(item.future, error=err)
+                settle(item.future, error=error)
             return
         for item, gen in zip(items, gens, strict=True):
-            _settle(item.future, (gen, version))
+            settle(item.future, (gen, version))
