@@ -149,10 +149,17 @@ def _computing(url: str) -> None:
     time.sleep(1.0)
 
 
-def stopped(url: str, proc: subprocess.Popen, timeout: float) -> tuple[str, float]:
+def stopped(
+    url: str, proc: subprocess.Popen, timeout: float, again: bool = False
+) -> tuple[str, float]:
+    """SIGTERM while requests compute (and SIGINT half a second after, when `again`): the
+    exit code, and the seconds from the last signal to the exit."""
     _computing(url)
-    started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
+    if again:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
     try:
         return f"exit {proc.wait(timeout)}", time.monotonic() - started
     except subprocess.TimeoutExpired:
@@ -160,15 +167,7 @@ def stopped(url: str, proc: subprocess.Popen, timeout: float) -> tuple[str, floa
 
 
 def stopped_twice(url: str, proc: subprocess.Popen, timeout: float) -> tuple[str, float]:
-    _computing(url)
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
-    started = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    try:
-        return f"exit {proc.wait(timeout)}", time.monotonic() - started
-    except subprocess.TimeoutExpired:
-        return "still running", timeout
+    return stopped(url, proc, timeout, again=True)
 
 
 def serving(tree: Path, env: dict, memory_gb: float) -> tuple[subprocess.Popen, str]:
