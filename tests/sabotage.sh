@@ -301,10 +301,31 @@ sabotage "split samples left at full weight" agentgym/learn/advantages.py \
     '    return [1.0 / count] * count' '    return [1.0] * count' \
     tests/test_agents.py::test_split_samples_train_with_the_episodes_advantage_weighted
 
-sabotage "an agent's exception ending the run" agentgym/serve/agents.py \
-    '        except Exception as err:  # the agent'"'"'s bug fails its episode, not the run' \
-    '        except ArithmeticError as err:  # the agent'"'"'s bug fails its episode, not the run' \
+sabotage "an agent's exception ending the run" agentgym/serve/agent_thread.py \
+    '    except BaseException as err:  # SystemExit, KeyboardInterrupt: the episode fails, not the run' \
+    '    except ArithmeticError as err:  # SystemExit, KeyboardInterrupt: the episode fails, not the run' \
     tests/test_agents.py::test_a_faulty_agent_makes_an_unscorable_episode_and_leaves_no_port_open
+
+sabotage "an agent's SystemExit ending its thread unreported" agentgym/serve/agent_thread.py \
+    '    except BaseException as err:  # SystemExit, KeyboardInterrupt: the episode fails, not the run' \
+    '    except Exception as err:  # SystemExit, KeyboardInterrupt: the episode fails, not the run' \
+    tests/test_attacks_agents.py::test_an_agent_that_blocks_or_exits_fails_its_episode_in_bounded_time
+
+sabotage "an episode's path taken with another episode's id" agentgym/serve/service.py \
+    "                if not secrets.compare_digest(key.encode(), open_key.encode()):" \
+    "                if False:" \
+    tests/test_attacks_agents.py::test_an_agent_calling_another_episodes_endpoint_is_refused_and_recorded_nowhere
+
+sabotage "a disconnected client's sampling left to run" agentgym/policy/hf.py \
+    "            if self._cancelled is not None:  # a cancelled row ends as cut (\"length\")" \
+    "            if False:" \
+    tests/test_attacks_serve.py::test_a_client_that_goes_away_has_its_sampling_cancelled_within_a_step
+
+sabotage "continuous serve stepping one parameter set to its end before the next" \
+    agentgym/serve/continuous.py \
+    "            for params, stream in list(streams.items()):" \
+    "            for params, stream in list(streams.items())[:1]:" \
+    tests/test_attacks_serve.py::test_served_continuously_a_short_request_does_not_wait_for_a_long_one
 
 sabotage "an agent's episode stepped past the registered turn limit" agentgym/serve/agents.py \
     '        agent_task = AgentTask(task.task_id, opening, tools, task, env)' \
