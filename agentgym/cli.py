@@ -393,9 +393,8 @@ def run() -> NoReturn:
     outlived = dist is not None and dist.group_outlived_shutdown()
     stray = stray_threads()
     if stray:
-        names = ", ".join(stray[:5])
-        print(f"agentgym: {len(stray)} threads left running ({names}); exiting without them",
-              file=sys.stderr)  # fmt: skip
+        said = f"{len(stray)} threads left running ({', '.join(stray[:5])})"
+        print(f"agentgym: {said}; exiting without them", file=sys.stderr)
     if outlived or stray:
         atexit._run_exitfuncs()
         sys.stdout.flush()

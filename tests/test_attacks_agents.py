@@ -35,21 +35,24 @@ def tiny():
 
 
 @pytest.mark.parametrize(
-    ("agent", "error"),
+    ("agent", "error", "deadline"),
     [
-        ("agents:blocks", PAST),
-        ("agents:ignores_cancellation", PAST),
-        ("agents:exits", "the agent raised SystemExit: 3"),
-        ("agents:interrupts", "the agent raised KeyboardInterrupt"),
+        ("agents:blocks", PAST, 2.0),
+        ("agents:ignores_cancellation", PAST, 2.0),
+        # a deadline the model's own time cannot reach on a loaded machine
+        ("agents:exits", "the agent raised SystemExit: 3", 60.0),
+        ("agents:interrupts", "the agent raised KeyboardInterrupt", 60.0),
     ],
 )
-def test_an_agent_that_blocks_or_exits_fails_its_episode_in_bounded_time(tiny, agent, error):
+def test_an_agent_that_blocks_or_exits_fails_its_episode_in_bounded_time(
+    tiny, agent, error, deadline
+):
     started = time.monotonic()
-    played, _ = _play(agent, HFPolicy(*tiny), tiny[1], [TaskSpec(seed=1)], 2, timeout_s=2.0)
+    played, _ = _play(agent, HFPolicy(*tiny), tiny[1], [TaskSpec(seed=1)], 2, timeout_s=deadline)
     took = time.monotonic() - started
     assert [t.error for t in played] == [error, error]
     assert not any(t.scorable for t in played)
-    assert took < 2.0 + 30, took  # the deadline, and the model's own time for two requests
+    assert took < 2.0 + 30, took  # the deadline, or the exit, and two requests' own time
 
 
 def test_past_its_deadline_an_agent_can_no_longer_touch_its_environment():

@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from agentgym.serve.engine import OutOfMemory
+from agentgym.serve.pending import OutOfMemory
 from agentgym.serve.requests import BadRequest, read_body, too_large
 from agentgym.serve.service import ChatService, UnknownEpisode, UnknownModel, WrongEpisodeKey
 
@@ -92,41 +92,14 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
 
     async def chat(request: Request, episode: str | None) -> Response:
         if episode is not None:  # an episode's requests: as many as its run plays at once
-            return await answer(request, episode)
+            return await _answer(service, request, episode)
         if waiting[0] >= service.limits.max_waiting:
             return _busy(service.limits.max_waiting)
         waiting[0] += 1
         try:
-            return await answer(request, None)
+            return await _answer(service, request, None)
         finally:
             waiting[0] -= 1
-
-    async def answer(request: Request, episode: str | None) -> Response:
-        limits = service.limits
-        try:
-            declared = request.headers.get("content-length") or "0"
-            if declared.isdigit() and int(declared) > limits.max_body_bytes:
-                raise too_large(int(declared), limits)  # refused before it is read
-            body = read_body(await request.body(), limits)
-            reply = await _unless_gone(request, service.complete(body, episode))
-        except BadRequest as err:
-            return JSONResponse(err.body(), status_code=400)
-        except ClientGone:  # none reads it
-            return Response(status_code=499)
-        except UnknownEpisode:
-            return _error(404, f"no episode {episode!r} is being recorded", code="unknown_episode")
-        except OutOfMemory as err:  # this request fails; the server goes on
-            return _error(503, str(err), code="out_of_memory", retry_after=True)
-        except WrongEpisodeKey as err:
-            why = f"this path is not episode {err.args[0]!r}'s own (its secret differs)"
-            return _error(403, f"{why}; an agent calls its own episode only", code="wrong_episode")
-        except UnknownModel as err:
-            served = service.model_name
-            why = f"The model {err.args[0]!r} does not exist; this server serves {served!r}"
-            return _error(404, f"{why} (GET /v1/models)", param="model", code="model_not_found")
-        if isinstance(body, dict) and body.get("stream"):
-            return StreamingResponse(_events(reply), media_type="text/event-stream")
-        return JSONResponse(reply)
 
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> Response:
@@ -137,6 +110,40 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
         return await chat(request, episode)
 
     return app
+
+
+async def _answer(service: ChatService, request: Request, episode: str | None) -> Response:
+    """The reply to a chat-completion request (on `episode`'s path, where given)."""
+    limits = service.limits
+    try:
+        declared = request.headers.get("content-length") or "0"
+        if declared.isdigit() and int(declared) > limits.max_body_bytes:
+            raise too_large(int(declared), limits)  # refused before it is read
+        body = read_body(await request.body(), limits)
+        reply = await _unless_gone(request, service.complete(body, episode))
+    except ClientGone:  # none reads it
+        return Response(status_code=499)
+    except (BadRequest, UnknownEpisode, WrongEpisodeKey, UnknownModel, OutOfMemory) as err:
+        return _refused(err, service.model_name, episode)
+    if isinstance(body, dict) and body.get("stream"):
+        return StreamingResponse(_events(reply), media_type="text/event-stream")
+    return JSONResponse(reply)
+
+
+def _refused(err: Exception, served: str, episode: str | None) -> JSONResponse:
+    """The OpenAI-shaped answer to a request the service refused with `err`."""
+    if isinstance(err, BadRequest):
+        return JSONResponse(err.body(), status_code=400)
+    if isinstance(err, UnknownEpisode):
+        return _error(404, f"no episode {episode!r} is being recorded", code="unknown_episode")
+    if isinstance(err, WrongEpisodeKey):
+        why = f"this path is not episode {err.args[0]!r}'s own (its secret differs)"
+        return _error(403, f"{why}; an agent calls its own episode only", code="wrong_episode")
+    if isinstance(err, UnknownModel):
+        why = f"The model {err.args[0]!r} does not exist; this server serves {served!r}"
+        return _error(404, f"{why} (GET /v1/models)", param="model", code="model_not_found")
+    # out of memory: this request fails; the server goes on
+    return _error(503, str(err), code="out_of_memory", retry_after=True)
 
 
 def _busy(most: int) -> JSONResponse:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import itertools
 import queue
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable
 
-from agentgym.policy.base import SamplingParams
+from agentgym.policy.base import Policy, SamplingParams
 from agentgym.policy.hf import HFPolicy
 from agentgym.policy.hf_turns import HFTurnStream, evaluating
-
-if TYPE_CHECKING:
-    from agentgym.serve.engine import Engine, _Pending
+from agentgym.serve.pending import Pending, failed, settle
 
 
 def serves_continuously(policy: object) -> bool:
@@ -32,18 +31,21 @@ def serves_continuously(policy: object) -> bool:
     return isinstance(policy, HFPolicy)
 
 
-def continuous_loop(engine: Engine) -> None:
-    """Runs `engine`'s requests step by step until it is closed and the live ones end."""
-    from agentgym.serve.engine import failed, settle
-
-    policy = engine.policy
+def continuous_loop(
+    policy: Policy,
+    requests: queue.Queue[Pending | None],
+    lock: threading.Lock,
+    version: Callable[[], int],
+) -> None:
+    """Samples the `requests` step by step until None arrives and the live ones end; each
+    step under `lock`, each completion stamped with `version()`."""
     assert isinstance(policy, HFPolicy)  # serves_continuously
     streams: dict[SamplingParams, HFTurnStream] = {}
-    live: dict[int, _Pending] = {}
+    live: dict[int, Pending] = {}
     keys, closing = itertools.count(), False
     with evaluating(policy.model):
         while not (closing and not live):
-            for item in _arrived(engine, block=not live and not closing):
+            for item in _arrived(requests, block=not live and not closing):
                 if item is None:
                     closing = True
                 elif closing:
@@ -61,10 +63,10 @@ def continuous_loop(engine: Engine) -> None:
                     live.pop(key)
                 try:
                     if len(stream):
-                        with engine.lock:
+                        with lock:
                             ended = stream.step()
                         for key, gen in ended:
-                            settle(live.pop(key).future, (gen, engine.version))
+                            settle(live.pop(key).future, (gen, version()))
                 except Exception as err:  # its requests fail; the engine goes on
                     error = failed(err, [live[k] for k in stream.rows], params)
                     for key in list(stream.rows):
@@ -72,14 +74,13 @@ def continuous_loop(engine: Engine) -> None:
                     stream.rows.clear()
                 if not len(stream):
                     del streams[params]
-    engine.fail_late()
 
 
-def _arrived(engine: Engine, block: bool) -> list[_Pending | None]:
+def _arrived(requests: queue.Queue[Pending | None], block: bool) -> list[Pending | None]:
     """The requests submitted since the last look (waiting for one when `block`)."""
-    out: list[_Pending | None] = [engine._queue.get()] if block else []
+    out: list[Pending | None] = [requests.get()] if block else []
     while True:
         try:
-            out.append(engine._queue.get_nowait())
+            out.append(requests.get_nowait())
         except queue.Empty:
             return out

@@ -19,56 +19,15 @@ is `OutOfMemory` (the server answers 503), any other error is passed on as it is
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 import time
-from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field, replace
+from concurrent.futures import Future
+from dataclasses import replace
 
 from agentgym.policy.base import Generation, Policy, SamplingParams, as_policy
 from agentgym.serve.continuous import continuous_loop, serves_continuously
-
-
-class OutOfMemory(MemoryError):
-    """Sampling a batch failed to allocate memory; its requests fail, the engine goes on."""
-
-
-def _out_of_memory(err: BaseException) -> bool:
-    """Whether `err` is an allocation that failed (Python's, or torch's on CPU or GPU)."""
-    said = str(err).lower()
-    return (
-        isinstance(err, MemoryError) or "can't allocate memory" in said or ("out of memory" in said)
-    )
-
-
-def settle(future: Future, result: object = None, error: BaseException | None = None) -> None:
-    """Gives `future` its result or error, unless it was cancelled meanwhile."""
-    with contextlib.suppress(InvalidStateError):
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-
-def failed(err: Exception, items: list[_Pending], params: SamplingParams) -> Exception:
-    """The error the requests of a batch whose sampling raised `err` get: `OutOfMemory`
-    where an allocation failed, else `err` itself."""
-    if not _out_of_memory(err):
-        return err
-    rows = sum(len(i.prompt) + params.max_new_tokens for i in items)
-    return OutOfMemory(
-        f"sampling a batch of {len(items)} requests ({rows} tokens at most) "
-        f"failed to allocate memory: {err}"
-    )
-
-
-@dataclass
-class _Pending:
-    prompt: list[int]
-    params: SamplingParams
-    stream: int
-    future: Future[tuple[Generation, int]] = field(default_factory=Future)
+from agentgym.serve.pending import Pending, failed, settle
 
 
 class Engine:
@@ -96,12 +55,10 @@ class Engine:
         self.version = 0
         self.lock = threading.Lock()
         self.batches: list[int] = []  # the size of each generate call made, in order
-        self._queue: queue.Queue[_Pending | None] = queue.Queue()
-        loop = continuous_loop if continuous and serves_continuously(policy) else Engine._loop
-        self.continuous = loop is continuous_loop
-        self._thread = threading.Thread(
-            target=loop, args=(self,), name="agentgym-engine", daemon=True
-        )
+        self._queue: queue.Queue[Pending | None] = queue.Queue()
+        self.continuous = continuous and serves_continuously(policy)
+        loop = self._continuous if self.continuous else self._loop
+        self._thread = threading.Thread(target=loop, name="agentgym-engine", daemon=True)
         self._thread.start()
 
     def submit(
@@ -114,7 +71,7 @@ class Engine:
         """
         if not self._thread.is_alive():
             raise RuntimeError("the engine is closed")
-        pending = _Pending(prompt, replace(params, seed=None), stream)
+        pending = Pending(prompt, replace(params, seed=None), stream)
         self._queue.put(pending)
         return pending.future
 
@@ -123,7 +80,7 @@ class Engine:
         self._queue.put(None)
         self._thread.join()
 
-    def _take(self) -> tuple[list[_Pending], bool]:
+    def _take(self) -> tuple[list[Pending], bool]:
         """The next batch (blocking for its first prompt), and whether to stop after it."""
         first = self._queue.get()
         if first is None:
@@ -144,12 +101,16 @@ class Engine:
         stop = False
         while not stop:
             batch, stop = self._take()
-            groups: dict[SamplingParams, list[_Pending]] = {}
+            groups: dict[SamplingParams, list[Pending]] = {}
             for item in batch:
                 groups.setdefault(item.params, []).append(item)
             # the shortest first: a long request taken with short ones does not hold them up
             for params, items in sorted(groups.items(), key=lambda g: g[0].max_new_tokens):
                 self._sample(params, items)
+        self.fail_late()
+
+    def _continuous(self) -> None:
+        continuous_loop(self.policy, self._queue, self.lock, lambda: self.version)
         self.fail_late()
 
     def fail_late(self) -> None:
@@ -162,7 +123,7 @@ class Engine:
             if late is not None:
                 settle(late.future, error=RuntimeError("the engine is closed"))
 
-    def _sample(self, params: SamplingParams, items: list[_Pending]) -> None:
+    def _sample(self, params: SamplingParams, items: list[Pending]) -> None:
         items = [i for i in items if not i.future.cancelled()]  # their clients went away
         if not items:
             return
