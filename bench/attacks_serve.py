@@ -61,17 +61,17 @@ AGENTS = textwrap.dedent('''
         threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
         return 1.0
 
-    async def _cross(client, task, target):
+    async def _cross(client, task, key):
         import openai
         await _ask(client, task)
-        own = str(client.base_url).rstrip("/")
+        own = str(client.base_url)
         URLS.append(own)
         while len(URLS) < 2:
             await asyncio.sleep(0.05)
         if own == URLS[0]:
             await asyncio.sleep(2.0)  # open while the other tries
             return 1.0
-        other = openai.AsyncOpenAI(base_url=target(own, URLS[0]), api_key="x", max_retries=0)
+        other = openai.AsyncOpenAI(base_url=URLS[0], api_key=key(client), max_retries=0)
         try:
             await other.chat.completions.create(model="policy", messages=task.messages)
             _note(status=200)
@@ -83,15 +83,10 @@ AGENTS = textwrap.dedent('''
 
     async def uses_anothers_url(client, task):
         """Sends to the URL the other episode's agent put in a module global."""
-        return await _cross(client, task, lambda own, other: other)
+        return await _cross(client, task, lambda client: "x")
 
-    async def guesses_anothers_path(client, task):
-        """Sends to the other's id (ids count up) with its own secret."""
-        def guess(own, other):
-            root, key = own.removesuffix("/v1").rsplit("/", 1)
-            other_id = other.removesuffix("/v1").rsplit("/", 1)[1].partition(".")[0]
-            return f"{root}/{other_id}.{key.partition('.')[2]}/v1"
-        return await _cross(client, task, guess)
+    async def uses_anothers_url_with_its_own_key(client, task):
+        return await _cross(client, task, lambda client: client.api_key)
 ''')
 TRAIN = ["train", "--env", "tool_call", "--model", "tiny-random", "--steps", "1",
          "--set", "grpo.tasks_per_step=1", "--set", "grpo.group_size=2",
@@ -219,7 +214,7 @@ def serve_side(checkout: Path, timeout: float, memory_gb: float) -> dict[str, st
 def agent_side(checkout: Path, timeout: float, memory_gb: float) -> dict[str, str]:
     out = {}
     names = ["blocks", "ignores_cancellation", "exits", "leaves_a_thread",
-             "uses_anothers_url", "guesses_anothers_path"]  # fmt: skip
+             "uses_anothers_url", "uses_anothers_url_with_its_own_key"]  # fmt: skip
     with checkout_tree(checkout) as (tree, env), tempfile.TemporaryDirectory() as tmp:
         (tree / "attack_agents.py").write_text(AGENTS)
         for name in names:
@@ -265,11 +260,15 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="per request or stop")
     parser.add_argument("--run-timeout", type=float, default=180.0, help="per agent run")
     parser.add_argument("--memory-gb", type=float, default=8.0)
+    parser.add_argument("--only", choices=["serve", "agents"], help="one kind of attack")
     args = parser.parse_args()
-    sides = {}
+    sides: dict[str, dict[str, str]] = {}
     for label, checkout in (("before", args.before.resolve()), ("after", ROOT)):
-        sides[label] = {**serve_side(checkout, args.timeout, args.memory_gb),
-                        **agent_side(checkout, args.run_timeout, args.memory_gb)}  # fmt: skip
+        sides[label] = {}
+        if args.only != "agents":
+            sides[label].update(serve_side(checkout, args.timeout, args.memory_gb))
+        if args.only != "serve":
+            sides[label].update(agent_side(checkout, args.run_timeout, args.memory_gb))
     print("| attack | before | after |")
     print("| --- | --- | --- |")
     for name, after in sides["after"].items():

@@ -142,29 +142,26 @@ SEEN: dict[str, list] = {"urls": [], "answers": []}
 
 
 async def calls_another_episode(client, task):
-    """Asks once on its own path; the second episode of a group then guesses the first's
-    path from its own (`.../episodes/<id>.<secret>/v1`: ids count up) and sends a request
-    there: the other's id with its own secret, with none, with a made-up one."""
+    """Asks once on its own path; the second episode of a group then sends a request to the
+    first's URL (which the first put in a module global): with its own key, with none, and
+    with a made-up one. Notes each answer."""
     import openai
 
     await client.chat.completions.create(model="policy", messages=task.messages)
-    own = str(client.base_url).rstrip("/")
+    own = str(client.base_url)
     SEEN["urls"].append(own)
     while len(SEEN["urls"]) < 2:  # both episodes have asked once
         await asyncio.sleep(0.05)
     if own == SEEN["urls"][0]:
         await asyncio.sleep(1.0)  # open while the other tries
         return 1.0
-    root, key = own.removesuffix("/v1").rsplit("/", 1)
-    other = SEEN["urls"][0].removesuffix("/v1").rsplit("/", 1)[1].partition(".")[0]
-    secret = key.partition(".")[2]
-    for path in (f"{other}.{secret}", other, f"{other}.{'x' * 43}"):
-        guess = openai.AsyncOpenAI(base_url=f"{root}/{path}/v1", api_key="none", max_retries=0)
+    for key in (client.api_key, "none", "x" * 43):
+        other = openai.AsyncOpenAI(base_url=SEEN["urls"][0], api_key=key, max_retries=0)
         try:
-            await guess.chat.completions.create(model="policy", messages=task.messages)
+            await other.chat.completions.create(model="policy", messages=task.messages)
             SEEN["answers"].append(200)
         except openai.APIStatusError as err:
             SEEN["answers"].append(err.status_code)
         finally:
-            await guess.close()
+            await other.close()
     return 1.0

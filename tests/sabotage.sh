@@ -311,9 +311,9 @@ sabotage "an agent's SystemExit ending its thread unreported" agentgym/serve/age
     '    except Exception as err:  # SystemExit, KeyboardInterrupt: the episode fails, not the run' \
     tests/test_attacks_agents.py::test_an_agent_that_blocks_or_exits_fails_its_episode_in_bounded_time
 
-sabotage "an episode's path taken with another episode's id" agentgym/serve/service.py \
-    "                if not secrets.compare_digest(key.encode(), open_key.encode()):" \
-    "                if False:" \
+sabotage "an episode's path taken with another episode's key" agentgym/serve/service.py \
+    "        if recording is not None and not secrets.compare_digest(key or \"\", recording.token):" \
+    "        if False:" \
     tests/test_attacks_agents.py::test_an_agent_calling_another_episodes_endpoint_is_refused_and_recorded_nowhere
 
 sabotage "a disconnected client's sampling left to run" agentgym/policy/hf.py \

@@ -89,7 +89,7 @@ def test_an_agent_calling_another_episodes_endpoint_is_refused_and_recorded_nowh
     played, _ = _play(
         "agents:calls_another_episode", HFPolicy(*tiny), tiny[1], [TaskSpec(seed=1)], 2
     )
-    # the other's id with its own secret, with none, with a made-up one
+    # the other's URL with its own key, with none, with a made-up one
     assert agents.SEEN["answers"] == [403, 403, 403]
     assert [t.error for t in played] == [None, None]
     # each episode holds its own one request: the refused ones reached no recorder

@@ -331,7 +331,7 @@ def test_an_episodes_requests_are_one_sample_of_exactly_the_ids_sampled(serve, t
     policy = Recording(HFPolicy(model, tokenizer))
     server, service = serve(policy)
     key = service.open_episode()
-    client = _client(server.episode_url(key))
+    client = _client(server.episode_url(key), service.episodes[key].token)
     messages = list(HI)
     for turn in range(3):
         reply = client.chat.completions.create(
@@ -367,7 +367,7 @@ def test_between_turns_only_the_new_messages_are_rendered_as_the_rollout_renders
     policy = ScriptedTurns(tokenizer, [written, "It is \\boxed{5}."])
     server, service = serve(policy)
     key = service.open_episode()
-    client = _client(server.episode_url(key))
+    client = _client(server.episode_url(key), service.episodes[key].token)
     first = client.chat.completions.create(model=MODEL, messages=HI, tools=[ADD]).choices[0].message
     call = first.tool_calls[0]
     history = [
@@ -392,7 +392,7 @@ def test_an_edited_history_starts_a_new_sample(serve, tiny):
     policy = ScriptedTurns(tiny[1], ["one", "two", "three"])
     server, service = serve(policy)
     key = service.open_episode()
-    client = _client(server.episode_url(key))
+    client = _client(server.episode_url(key), service.episodes[key].token)
     first = client.chat.completions.create(model=MODEL, messages=HI).choices[0].message
     grown = [*HI, first.model_dump(exclude_none=True), {"role": "user", "content": "more"}]
     client.chat.completions.create(model=MODEL, messages=grown)

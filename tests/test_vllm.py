@@ -478,7 +478,11 @@ def test_agentgym_serve_answers_through_the_vllm_engine(embedded, engine):
             reply = client.chat.completions.create(model="embedded", messages=messages, n=2, seed=1)
             assert len(reply.choices) == 2 and all(c.message.content for c in reply.choices)
             key = service.open_episode()
-            episode = openai.OpenAI(base_url=server.episode_url(key), api_key="u", max_retries=0)
+            episode = openai.OpenAI(
+                base_url=server.episode_url(key),
+                api_key=service.episodes[key].token,
+                max_retries=0,
+            )
             first = episode.chat.completions.create(model="embedded", messages=messages).choices[0]
             grown = [*messages, first.message.model_dump(exclude_none=True)]
             episode.chat.completions.create(

@@ -7,6 +7,8 @@ their player here, so that a new kind of player (`run.player`) plays everywhere 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from transformers import PreTrainedTokenizerBase
 
 from agentgym.config import Config
@@ -31,7 +33,8 @@ def make_player(config: Config, tokenizer: PreTrainedTokenizerBase) -> Player:
             )
         forced = agent_options(config, required)
         assert forced is not None  # an agent is given
-        return forced.player(tokenizer)
+        # library code, whose episodes may share one event loop's state: not on threads
+        return replace(forced, own_thread=False).player(tokenizer)
     named = user_player(config, tokenizer)
     if named is not None:
         return named

@@ -81,6 +81,18 @@ async def run_on_thread(
         return (None, f"the agent ran past run.agent_timeout_s ({timeout_s:g} s)"), True
 
 
+async def run_here(play: Callable[[], Awaitable[Any]], timeout_s: float) -> tuple[Outcome, bool]:
+    """`play()` in the caller's own event loop, bounded by `timeout_s` where it awaits: for
+    the agent program an environment declares (library code that may share the loop's
+    state, as verifiers' interception server does across episodes), not a user's."""
+    try:
+        return (await asyncio.wait_for(play(), timeout_s), None), False
+    except TimeoutError:
+        return (None, f"the agent ran past run.agent_timeout_s ({timeout_s:g} s)"), True
+    except Exception as err:  # the agent's bug fails its episode, not the run
+        return (None, f"the agent raised {type(err).__name__}: {err}"), False
+
+
 def stray_threads() -> list[str]:
     """The names of the threads the interpreter's teardown would wait for (an agent's, left
     running): not daemons, and not an executor's idle workers (their executors end them)."""

@@ -35,7 +35,7 @@ from agentgym.policy.base import Policy, SamplingParams, as_policy
 from agentgym.rollout.episodes import Job, episode_jobs, turn_stream, use_chat_template
 from agentgym.rollout.player import Submission, Versions, named_object
 from agentgym.rollout.samples import resampled
-from agentgym.serve.agent_thread import run_on_thread
+from agentgym.serve.agent_thread import run_here, run_on_thread
 from agentgym.serve.engine import Engine
 from agentgym.serve.recorder import Sample
 from agentgym.serve.service import ChatService, Episode
@@ -143,6 +143,8 @@ class AgentOptions:
     timeout_s: float = 3600.0
     tool_format: str = "auto"
     tool_parser: str | None = None
+    own_thread: bool = True
+    """Each episode's agent on a thread of its own; False for an env's declared program."""
 
     def player(self, tokenizer: PreTrainedTokenizerBase, name: str = "agentgym") -> AgentPlayer:
         """A player of the agent; it serves the policy it plays with on a free loopback port."""
@@ -154,6 +156,7 @@ class AgentOptions:
             tool_format=self.tool_format,
             tool_parser=self.tool_parser,
             model_name=name,
+            own_thread=self.own_thread,
         )
 
 
@@ -196,8 +199,10 @@ class AgentPlayer:
         tool_format: str = "auto",
         tool_parser: str | None = None,
         model_name: str = "agentgym",
+        own_thread: bool = True,
     ):
         require_serve("run.agent (the endpoint an agent calls)")
+        self.own_thread = own_thread
         self.agent, self.tokenizer = agent, tokenizer
         self.concurrency, self.timeout_s = concurrency, timeout_s
         self.tool_format, self.tool_parser, self.model_name = tool_format, tool_parser, model_name
@@ -291,19 +296,20 @@ class AgentPlayer:
         import openai  # the `serve` extra, checked when the player started
 
         task = start.task
-        url = self.server.episode_url(start.key)  # its secret: no other episode's agent has it
+        url, key = self.server.episode_url(start.key), self.service.episodes[start.key].token
 
         async def play() -> Any:
-            client = openai.AsyncOpenAI(base_url=url, api_key="agentgym", max_retries=0)
+            # the episode's key is its client's API key: no other episode's client has it
+            client = openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
             try:
                 return await self.agent(client, task)
             finally:
                 await client.close()
 
+        name = f"agentgym-agent-{task.id}"
         try:
-            (result, error), _ = await run_on_thread(
-                play, self.timeout_s, f"agentgym-agent-{task.id}"
-            )
+            ran = run_on_thread(play, self.timeout_s, name) if self.own_thread else None
+            (result, error), _ = await (ran or run_here(play, self.timeout_s))
         finally:  # what the agent was given is revoked: its path, its environment
             task._revoked.set()
             episode = self.service.close_episode(start.key)
@@ -340,14 +346,8 @@ def _reward(
         return float(result.reward), {k: float(v) for k, v in result.parts.items()}, None
     if isinstance(result, bool) or not isinstance(result, int | float | list | None):
         kind = type(result).__name__
-        return (
-            0.0,
-            {},
-            (
-                f"the agent returned a {kind}; return a number, an AgentReward, the messages, "
-                "or None"
-            ),
-        )
+        why = f"the agent returned a {kind}; return a number, an AgentReward, the messages, "
+        return 0.0, {}, why + "or None"
     if isinstance(result, int | float):
         if not math.isfinite(result):
             return 0.0, {}, f"the agent returned the reward {result}"

@@ -1,9 +1,11 @@
 """The HTTP side: FastAPI routes over a `ChatService`, and uvicorn run in a thread.
 
 Routes: `GET /v1/models`, `POST /v1/chat/completions`, and the same under
-`/episodes/<id>.<secret>/v1/` for an episode being recorded (its requests are attributed
-by the path alone: an agent needs only its `base_url`; the path with another episode's
-id is 403 and recorded nowhere). Errors have OpenAI's shape, status 400
+`/episodes/<id>/v1/` for an episode being recorded (its requests are attributed by the path
+and must bear the episode's key as their API key, which only its agent's client has: a
+request on another episode's path is 403 and recorded nowhere; `--api-key` does not apply
+there). A client that goes away has its sampling cancelled; a batch whose memory cannot be
+allocated is 503 with Retry-After. Errors have OpenAI's shape, status 400
 for a bad request (not FastAPI's 422), 401 for a wrong API key, 429 with Retry-After past
 `max_waiting` requests at once (an episode's not counted), 404 for an episode path
 not recording and for a model id the server does not serve (an episode's path takes any
@@ -74,7 +76,9 @@ def create_app(service: ChatService, api_key: str | None = None) -> FastAPI:
 
     @app.middleware("http")
     async def check_key(request: Request, call_next: Any) -> Response:
-        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+        on_episode = request.url.path.startswith("/episodes/")  # the episode's key is checked
+        wrong = request.headers.get("authorization") != f"Bearer {api_key}"
+        if api_key is not None and wrong and not on_episode:
             return _error(401, "wrong or missing API key", code="invalid_api_key")
         response: Response = await call_next(request)
         return response
@@ -120,7 +124,9 @@ async def _answer(service: ChatService, request: Request, episode: str | None) -
         if declared.isdigit() and int(declared) > limits.max_body_bytes:
             raise too_large(int(declared), limits)  # refused before it is read
         body = read_body(await request.body(), limits)
-        reply = await _unless_gone(request, service.complete(body, episode))
+        bearer = request.headers.get("authorization", "")
+        key = bearer.removeprefix("Bearer ") if bearer.startswith("Bearer ") else None
+        reply = await _unless_gone(request, service.complete(body, episode, key))
     except ClientGone:  # none reads it
         return Response(status_code=499)
     except (BadRequest, UnknownEpisode, WrongEpisodeKey, UnknownModel, OutOfMemory) as err:
@@ -137,7 +143,7 @@ def _refused(err: Exception, served: str, episode: str | None) -> JSONResponse:
     if isinstance(err, UnknownEpisode):
         return _error(404, f"no episode {episode!r} is being recorded", code="unknown_episode")
     if isinstance(err, WrongEpisodeKey):
-        why = f"this path is not episode {err.args[0]!r}'s own (its secret differs)"
+        why = f"the request does not bear episode {err.args[0]!r}'s key (its API key)"
         return _error(403, f"{why}; an agent calls its own episode only", code="wrong_episode")
     if isinstance(err, UnknownModel):
         why = f"The model {err.args[0]!r} does not exist; this server serves {served!r}"

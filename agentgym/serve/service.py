@@ -83,6 +83,8 @@ class Episode:
     finish_reason: str = "stop"
     conversation: list[dict[str, Any]] = field(default_factory=list)
     """The last request's messages and the reply to it, in OpenAI's shape."""
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    """The episode's key: its agent's client sends it as its API key; no other has it."""
     closed: bool = False
     """Closed episodes record nothing, not even a request that was sampling as it closed."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -131,24 +133,12 @@ class ChatService:
         params: SamplingParams | None = None,
         max_tokens: int | None = None,
     ) -> str:
-        """A new episode's key, `<id>.<secret>`: its requests go to `/episodes/<key>/v1/...`.
-        The id counts the service's episodes; the secret (256 random bits) is what no other
-        episode's agent can guess, so the path is the capability to record into it."""
+        """A new episode's id: its requests go to `/episodes/<id>/v1/...` and bear its key
+        (`self.episodes[id].token`) as their API key; ids count up, keys are secret."""
         self._opened += 1
-        key = f"e{self._opened}.{secrets.token_urlsafe(32)}"
+        key = f"e{self._opened}"
         self.episodes[key] = Episode(self.recorder(), streams, params, max_tokens)
         return key
-
-    def _recording(self, key: str) -> Episode:
-        """The episode whose path is `key`: UnknownEpisode when none with its id records,
-        WrongEpisodeKey when one does and `key` is not its own (another episode's agent)."""
-        episode_id = key.partition(".")[0]
-        for open_key, episode in list(self.episodes.items()):
-            if open_key.partition(".")[0] == episode_id:
-                if not secrets.compare_digest(key.encode(), open_key.encode()):
-                    raise WrongEpisodeKey(episode_id)
-                return episode
-        raise UnknownEpisode(key)
 
     def close_episode(self, key: str) -> Episode:
         """The episode recorded under `key`, no longer recording: its path answers 404."""
@@ -169,11 +159,17 @@ class ChatService:
         model = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "agentgym"}
         return {"object": "list", "data": [model]}
 
-    async def complete(self, body: Any, episode: str | None = None) -> dict[str, Any]:
+    async def complete(
+        self, body: Any, episode: str | None = None, key: str | None = None
+    ) -> dict[str, Any]:
         """The response to a chat-completion request `body`; BadRequest naming the field
         when OpenAI's API would refuse it, UnknownEpisode for a path not recording, and
-        WrongEpisodeKey for an episode's id without its secret."""
-        recording = None if episode is None else self._recording(episode)
+        WrongEpisodeKey when `key` (the request's API key) is not the episode's."""
+        recording = None if episode is None else self.episodes.get(episode)
+        if episode is not None and recording is None:
+            raise UnknownEpisode(episode)
+        if recording is not None and not secrets.compare_digest(key or "", recording.token):
+            raise WrongEpisodeKey(episode)
         # an episode's requests sample within the run's limits whatever they ask
         limits = self.limits if recording is None else EPISODE_LIMITS
         request = read_request(body, self.max_new_tokens, limits)

@@ -1,5 +1,6 @@
 """The agent program that plays `agentgym/Verifiers-v0`: the verifiers harness itself,
-pointed at this episode's path on the endpoint (`make_player` chooses it for the env)."""
+pointed at this episode's path on the endpoint with its key (`make_player` chooses it for
+the env)."""
 
 from __future__ import annotations
 
@@ -14,5 +15,5 @@ async def play(client: Any, task: Any) -> AgentReward:
     URL; its reward and reward parts (rewards, and metrics as `metric/<name>`). `task` is
     the `agentgym.serve.agents.AgentTask` (not imported: `envs` stands below `serve`)."""
     env = cast(VerifiersEnv, task.env)
-    reward, parts = await env.play(str(client.base_url), task.id)
+    reward, parts = await env.play(str(client.base_url), task.id, client.api_key)
     return AgentReward(reward, parts)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -144,14 +145,23 @@ class VerifiersEnv(AgentEnv):
 
     # -- an episode, played by the harness ---------------------------------------------
 
-    async def play(self, base_url: str, task_id: str) -> tuple[float, dict[str, float]]:
+    async def play(
+        self, base_url: str, task_id: str, api_key: str = "EMPTY"
+    ) -> tuple[float, dict[str, float]]:
         """Plays task `task_id` with the harness, its model calls sent to `base_url` (an
-        OpenAI-compatible endpoint); the episode's reward and its parts. Raises
-        VerifiersError when verifiers records the episode as failed."""
-        client = vf.EvalClientConfig(base_url=base_url, api_key_var="AGENTGYM_VERIFIERS_KEY")
-        ctx = vf.ModelContext(model="agentgym", client=client)
-        async with self.vf_env.serving():
-            episode = await self.vf_env.run_episode(self.rows[task_id], ctx)
+        OpenAI-compatible endpoint) with `api_key`; the episode's reward and its parts.
+        Raises VerifiersError when verifiers records the episode as failed."""
+        # verifiers reads the key from an environment variable it is given the name of: one
+        # of the episode's own, so that episodes played at once each send their own key
+        variable = f"AGENTGYM_VERIFIERS_KEY_{uuid.uuid4().hex}"
+        os.environ[variable] = api_key
+        try:
+            client = vf.EvalClientConfig(base_url=base_url, api_key_var=variable)
+            ctx = vf.ModelContext(model="agentgym", client=client)
+            async with self.vf_env.serving():
+                episode = await self.vf_env.run_episode(self.rows[task_id], ctx)
+        finally:
+            os.environ.pop(variable, None)
         errors = [*episode.errors, *(e for t in episode.traces for e in t.errors)]
         if not episode.ok or errors:
             said = "; ".join(f"{e.type}: {e.message}" for e in errors) or "no error recorded"
