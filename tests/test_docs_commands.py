@@ -158,6 +158,9 @@ NEEDS = {
     ): OPENENV,
     "results.md: agentgym eval --benchmark tooltalk@20 --output runs/eval-tooltalk": ("tooltalk",),
     "results.md: agentgym eval --benchmark tau2@5 --output runs/eval-tau2": ("tau2",),
+    ("results.md: agentgym eval --benchmark bfcl:multi_turn_base@20 --output runs/eval-bfcl-mt"): (
+        "bfcl_eval",
+    ),
     (
         "runs.md: agentgym train --env math --model ./my-sft-model --config "
         "configs/math.yaml --set grpo.beta=0.02"
