@@ -109,7 +109,9 @@ def short_clients(url: str, clients: int, rounds: int, timeout: float) -> list[t
     return results
 
 
-def attackers(url: str, done: threading.Event) -> tuple[list[threading.Thread], dict[str, list]]:
+def attackers(
+    url: str, done: threading.Event, kinds: tuple[str, ...] = ("too_long", "dropped")
+) -> tuple[list[threading.Thread], dict[str, list]]:
     """5 clients sending over-long prompts and 5 sending long requests they drop after 1 s,
     each again and again until `done`; what they got."""
     seen: dict[str, list] = {"too_long": [], "dropped": []}
@@ -118,8 +120,13 @@ def attackers(url: str, done: threading.Event) -> tuple[list[threading.Thread], 
         while not done.is_set():
             seen[kind].append(_post(url, body, timeout)[0])
 
-    threads = [threading.Thread(target=loop, args=("too_long", TOO_LONG, 300)) for _ in range(5)]
-    threads += [threading.Thread(target=loop, args=("dropped", LONG, 1.0)) for _ in range(5)]
+    threads = []
+    if "too_long" in kinds:
+        threads += [
+            threading.Thread(target=loop, args=("too_long", TOO_LONG, 300)) for _ in range(5)
+        ]
+    if "dropped" in kinds:
+        threads += [threading.Thread(target=loop, args=("dropped", LONG, 1.0)) for _ in range(5)]
     for t in threads:
         t.start()
     return threads, seen
@@ -140,6 +147,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="short requests per client")
     parser.add_argument("--checkout", type=Path, default=ROOT)
     parser.add_argument("--timeout", type=float, default=300.0, help="per short request")
+    parser.add_argument("--attackers", choices=["both", "too_long", "dropped"], default="both",
+                        help="which 5 + 5 attackers run (one kind alone: 5 clients)")  # fmt: skip
     args = parser.parse_args()
     MODEL[0], port = args.model, _free_port()
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -150,7 +159,8 @@ def main() -> None:
         alone = short_clients(url, 10, args.rounds, args.timeout)
         alone_mb = peak.stop()
         peak, done = Peak(server.pid), threading.Event()
-        threads, seen = attackers(url, done)
+        kinds = ("too_long", "dropped") if args.attackers == "both" else (args.attackers,)
+        threads, seen = attackers(url, done, kinds)
         time.sleep(2.0)  # the attacks are under way
         loaded = short_clients(url, 10, args.rounds, args.timeout)
         done.set()
@@ -167,7 +177,9 @@ def main() -> None:
     print("| phase | short requests' latency | server peak RSS |")
     print("| --- | --- | --- |")
     print(f"| alone | {_latency(alone)} | {alone_mb:.0f} MB |")
-    print(f"| beside 5 over-long + 5 disconnecting clients | {_latency(loaded)} | "
+    beside = {"both": "5 over-long + 5 disconnecting", "too_long": "5 over-long",
+              "dropped": "5 disconnecting"}[args.attackers]  # fmt: skip
+    print(f"| beside {beside} clients | {_latency(loaded)} | "
           f"{loaded_mb:.0f} MB |")  # fmt: skip
     print(f"attackers' outcomes: {json.dumps(counts)}; a short request after: {answered}")
 
