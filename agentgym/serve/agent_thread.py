@@ -39,6 +39,15 @@ class _Handle:
                 self.loop.call_soon_threadsafe(self.task.cancel)
 
 
+def _past(timeout_s: float) -> str:
+    return f"the agent ran past run.agent_timeout_s ({timeout_s:g} s)"
+
+
+def _raised(err: BaseException) -> str:
+    said = f": {err}" if str(err) else ""
+    return f"the agent raised {type(err).__name__}{said}"
+
+
 def _outcome_of(play: Callable[[], Awaitable[Any]], handle: _Handle) -> Outcome:
     """Runs `play()` in a new event loop on this thread; what it returned, or its error."""
 
@@ -51,8 +60,7 @@ def _outcome_of(play: Callable[[], Awaitable[Any]], handle: _Handle) -> Outcome:
     except asyncio.CancelledError:
         return None, "the agent was cancelled"
     except BaseException as err:  # SystemExit, KeyboardInterrupt: the episode fails, not the run
-        said = f": {err}" if str(err) else ""
-        return None, f"the agent raised {type(err).__name__}{said}"
+        return None, _raised(err)
 
 
 async def run_on_thread(
@@ -78,7 +86,7 @@ async def run_on_thread(
         return await asyncio.wait_for(asyncio.shield(finished), timeout_s), False
     except TimeoutError:
         handle.cancel()
-        return (None, f"the agent ran past run.agent_timeout_s ({timeout_s:g} s)"), True
+        return (None, _past(timeout_s)), True
 
 
 async def run_here(play: Callable[[], Awaitable[Any]], timeout_s: float) -> tuple[Outcome, bool]:
@@ -88,9 +96,9 @@ async def run_here(play: Callable[[], Awaitable[Any]], timeout_s: float) -> tupl
     try:
         return (await asyncio.wait_for(play(), timeout_s), None), False
     except TimeoutError:
-        return (None, f"the agent ran past run.agent_timeout_s ({timeout_s:g} s)"), True
+        return (None, _past(timeout_s)), True
     except Exception as err:  # the agent's bug fails its episode, not the run
-        return (None, f"the agent raised {type(err).__name__}: {err}"), False
+        return (None, _raised(err)), False
 
 
 def stray_threads() -> list[str]:
