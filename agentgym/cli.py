@@ -358,7 +358,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = load(args.config, [*args.overrides, *named])
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: give a port from 1 to 65535")
-    run_serve(config, args.host, args.port, args.api_key, limits_from(args))
+    run_serve(config, args.host, args.port, args.api_key, limits_from(args), args.threads)
     return 0
 
 

@@ -18,6 +18,12 @@ def serve_parser(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     p.add_argument("--policy", choices=["hf", "vllm"], help="sampling backend (policy.backend)")
     p.add_argument("--api-key", help="requests must send it as 'Authorization: Bearer <key>'")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads decoding on CPU (default: OMP_NUM_THREADS, else all cores but one, "
+        "left to the HTTP server and tokenizer)",
+    )
     p.add_argument("--config", type=Path, help="YAML config (model, sampling, run.env_kwargs)")
     p.add_argument(
         "--set",
@@ -47,7 +53,7 @@ def limits_from(args: argparse.Namespace) -> Any:
     from agentgym.serve.requests import ServeLimits
 
     values = {f.name: getattr(args, f.name) for f in fields(ServeLimits)}
-    for name, value in values.items():
+    for name, value in [*values.items(), ("threads", 1 if args.threads is None else args.threads)]:
         if value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {value}: give 1 or more")
     return ServeLimits(**values)

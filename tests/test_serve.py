@@ -437,6 +437,8 @@ def test_agentgym_serve_answers_the_client_and_sigterm_closes_its_port(tmp_path)
         "tiny-random",
         "--port",
         str(port),
+        "--threads",
+        "1",
     ]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -454,7 +456,7 @@ def test_agentgym_serve_answers_the_client_and_sigterm_closes_its_port(tmp_path)
         assert psutil.Process(proc.pid).net_connections(kind="tcp")  # it listens
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        assert f"127.0.0.1:{port}/v1" in proc.stdout.read()
+        assert f"127.0.0.1:{port}/v1 (native tool calls; decode threads: 1)" in proc.stdout.read()
         assert not any(
             c.laddr.port == port and c.status == psutil.CONN_LISTEN
             for c in psutil.net_connections("tcp")
@@ -467,6 +469,22 @@ def test_agentgym_serve_refuses_a_bad_port_before_loading_a_model():
     from agentgym.cli import main
 
     assert main(["serve", "--model", "tiny-random", "--port", "70000"]) == 2
+    assert main(["serve", "--model", "tiny-random", "--threads", "0"]) == 2
+
+
+def test_serve_decodes_on_all_cores_but_one_unless_told(monkeypatch):
+    """One core is left to the HTTP server and tokenizer (torch's OpenMP threads stall
+    when one of them is preempted); --threads, then OMP_NUM_THREADS, say otherwise."""
+    from agentgym.serve.endpoint import decode_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for cores, threads in ((1, 1), (2, 1), (16, 15)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _, n=cores: set(range(n)))
+        assert decode_threads(None) == threads
+    assert decode_threads(3) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert decode_threads(None) == 4
+    assert decode_threads(2) == 2
 
 
 json_values = st.recursive(

@@ -7,6 +7,8 @@ import os
 import signal
 import threading
 
+import torch
+
 from agentgym.config import Config, ConfigError
 from agentgym.policy.backend import engine_folder, make_policy
 from agentgym.policy.models import load_configured, place, resolve_model_name
@@ -56,14 +58,36 @@ def _overdue() -> None:
     os._exit(0)
 
 
+def decode_threads(threads: int | None) -> int:
+    """The torch threads that decode on CPU: `threads`, else OMP_NUM_THREADS, else all the
+    cores this process may run on but one. The spare core answers HTTP and tokenizes: torch's
+    OpenMP threads wait for each other at every operation, so one of them preempted by the
+    server's own work stalls them all (beside 5 clients sending over-long prompts, short
+    requests took 8x as long with 2 threads on 2 cores, 1.8x with 1; vLLM's CPU backend
+    reserves a core for its API server for the same reason)."""
+    if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        threads = int(os.environ["OMP_NUM_THREADS"])
+    if threads is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        threads = max(1, (cores or os.cpu_count() or 2) - 1)
+    return threads
+
+
 def run_serve(
-    config: Config, host: str, port: int, api_key: str | None, limits: ServeLimits | None = None
+    config: Config,
+    host: str,
+    port: int,
+    api_key: str | None,
+    limits: ServeLimits | None = None,
+    threads: int | None = None,
 ) -> None:
     """Loads `model.name` as the config says, and serves it until SIGINT or SIGTERM, after
     which the listener, the engine and the policy are closed and it returns: within
     `GRACE_S` (else it exits 0 without the requests still computing), or at once on a
-    second signal."""
+    second signal. On CPU, `decode_threads(threads)` torch threads decode."""
     check_host(host, api_key)
+    if config.policy.backend == "hf":  # vLLM sets its own threads
+        torch.set_num_threads(decode_threads(threads))
     model, tokenizer = load_configured(config.model.name, config.model)
     model = place(model, config.model)
     engine_dir = engine_folder(config, model, tokenizer)
@@ -81,7 +105,8 @@ def run_serve(
         aliases=(config.model.name or "embedded",),  # the name as the user gave it
     )
     calls = service.format.name
-    print(f"agentgym serve: {service.model_name} at http://{host}:{port}/v1 ({calls} tool calls)")
+    where = f"{calls} tool calls; decode threads: {torch.get_num_threads()}"
+    print(f"agentgym serve: {service.model_name} at http://{host}:{port}/v1 ({where})")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda number, _: on_signal(stop, number))
