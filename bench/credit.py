@@ -17,10 +17,15 @@ config (`configs/tool_call.yaml`: the embedded model, LoRA), per seed:
    bootstrap intervals over the same tasks, pooled over the seeds run.
 
     python bench/credit.py --seed 0 1 2 [--minutes 20] [--tasks 40] [--out DIR]
-    python bench/credit.py --table DIR
+    python bench/credit.py --table [RECORD]
 
-Every stage leaves its result in `DIR/seed<S>/`; a rerun skips what is done, so seeds and
-arms can run across sittings. Run it alone on the machine: the arms' wall time is the budget.
+Every stage leaves its result in `DIR/seed<S>/`; a rerun skips what is done. Each arm, once
+its checkpoints are evaluated, is also recorded in `--record` (`bench/records/credit/`,
+kept in git: a few kB of scores per arm), so seeds and arms can run across sittings on
+fresh machines: a rerun skips a recorded arm, and trains the warm-up again only for the
+arms left, refusing to go on if its weights differ from the recorded warm-up's (the same
+seed on the same machine gives the same bytes). Run it alone on the machine: the arms'
+wall time is the budget.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from function_calls import agentgym, checkpoint, interval, sets, strict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "bench" / "records" / "credit"
 CONFIG = ROOT / "configs" / "tool_call.yaml"
 ARMS = {
     "episode": (),
@@ -107,54 +113,100 @@ def evaluate(model: Path, label: str, out: Path, tasks: int, extra: list[str]) -
     return json.loads((folder / "report.json").read_text())["tasks"]["model"]
 
 
-def run_seed(out: Path, seed: int, args: argparse.Namespace) -> None:
+def weights_sha(folder: Path) -> str:
+    """The sha256 of a checkpoint's weights, from its MANIFEST.json (what a rerun's warm-up
+    must reproduce for its arms to share the recorded arms' start)."""
+    files = json.loads((folder / "MANIFEST.json").read_text())["files"]
+    return ",".join(v["sha256"] for k, v in sorted(files.items()) if k.endswith(".safetensors"))
+
+
+def run_seed(out: Path, record: Path, seed: int, args: argparse.Namespace) -> None:
+    """The warm-up and every arm not yet in `record`, each recorded once evaluated."""
+    left = [n for n in ("warmup", *ARMS) if not (record / f"{n}.json").exists()]
+    if not left:
+        return
     out.mkdir(parents=True, exist_ok=True)
+    record.mkdir(parents=True, exist_ok=True)
     extra = [*env_sets(args.families, args.difficulty), *args.sets]
     start = warm_up(out, seed, extra)
-    scores: dict[str, dict] = {"warmup": {"0": [0.0, evaluate(start, "warmup", out,
-                                                               args.tasks, extra)]}}  # fmt: skip
-    for name in ARMS:
+    sha = weights_sha(start)
+    if "warmup" in left:
+        scores = {"0": [0.0, evaluate(start, "warmup", out, args.tasks, extra)]}
+        _keep(record / "warmup.json", sha, scores)
+    kept = json.loads((record / "warmup.json").read_text())["start"]
+    if kept != sha:
+        raise SystemExit(f"the warm-up's weights ({sha}) differ from the recorded one's ({kept}, "
+                         f"{record}/warmup.json): its arms would not share a start")  # fmt: skip
+    for name in [n for n in ARMS if n in left]:
         folder = arm(name, out, start, seed, 60 * args.minutes, args.save_every, extra)
         minutes = wall_minutes(folder)
-        scores[name] = {}
+        scores = {}
         for ckpt in sorted(folder.glob("checkpoint-[0-9]*")):
             step = int(ckpt.name.split("-")[1])
-            label = f"{name}-{step}"
-            records = evaluate(ckpt, label, out, args.tasks, extra)
-            scores[name][str(step)] = [minutes.get(step, 0.0), records]
-    (out / "scores.json").write_text(json.dumps(scores))
+            records = evaluate(ckpt, f"{name}-{step}", out, args.tasks, extra)
+            scores[str(step)] = [minutes.get(step, 0.0), records]
+        _keep(record / f"{name}.json", sha, scores)
 
 
-def table(out: Path) -> str:
-    """Every arm's checkpoints against wall time, pooled over the seeds run in `out`."""
-    seeds = [json.loads(p.read_text()) for p in sorted(out.glob("seed*/scores.json"))]
+def _keep(path: Path, sha: str, scores: dict) -> None:
+    """An arm's scores (checkpoint step -> [minutes, test records]) and its start."""
+    path.write_text(json.dumps({"start": sha, "scores": scores}, sort_keys=True) + "\n")
+
+
+def recorded(record: Path) -> list[dict[str, dict]]:
+    """Each seed's recorded arms (name -> scores), for the seeds whose warm-up is recorded."""
+    seeds = []
+    for folder in sorted(record.glob("seed*")):
+        arms = {p.stem: json.loads(p.read_text())["scores"] for p in folder.glob("*.json")}
+        if "warmup" in arms:
+            seeds.append(arms)
+    return seeds
+
+
+def table(record: Path) -> str:
+    """Every arm's checkpoints against wall time, pooled over the seeds that ran it."""
+    seeds = recorded(record)
     if not seeds:
-        raise SystemExit(f"{out}: no seed has finished (seed*/scores.json)")
+        raise SystemExit(f"{record}: no seed's warm-up is recorded (seed*/warmup.json)")
     base = [x for s in seeds for x in strict(s["warmup"]["0"][1])]
     lines = [
-        f"{len(seeds)} seed(s): greedy strict correctness on the test tasks, pooled; each "
-        "checkpoint against the warm-up, and turn against episode at the same checkpoint "
+        "greedy strict correctness on the test tasks, pooled over the seeds that ran each arm; "
+        "each checkpoint against the warm-up, and turn against episode at the same checkpoint "
         "index, with 95 % paired bootstrap intervals",
         "",
-        "| arm | checkpoint | minutes (mean) | correctness | - warm-up | turn - episode |",
-        "|" + " --- |" * 6,
-        f"| warm-up | - | 0 | {sum(base) / len(base):.3f} | | |",
+        "| arm | seeds | checkpoint | minutes (mean) | correctness | - warm-up | turn - episode |",
+        "|" + " --- |" * 7,
+        f"| warm-up | {len(seeds)} | - | 0 | {sum(base) / len(base):.3f} | | |",
     ]
     for name in ARMS:
-        common = set.intersection(*(set(s[name]) for s in seeds))
+        ran = [s for s in seeds if name in s]
+        if not ran:
+            lines.append(f"| {name} | 0 | not run yet | | | | |")
+            continue
+        warm = [x for s in ran for x in strict(s["warmup"]["0"][1])]
+        common = set.intersection(*(set(s[name]) for s in ran))
         for index, step in enumerate(sorted(common, key=int)):
-            values = [x for s in seeds for x in strict(s[name][step][1])]
-            minutes = sum(s[name][step][0] for s in seeds) / len(seeds)
-            versus = ""
-            if name.startswith("turn"):
-                other = name.replace("turn", "episode")
-                steps = sorted(set.intersection(*(set(s[other]) for s in seeds)), key=int)
-                if index < len(steps):
-                    paired = [x for s in seeds for x in strict(s[other][steps[index]][1])]
-                    versus = interval(values, paired)
-            cells = f"{sum(values) / len(values):.3f} | {interval(values, base)} | {versus}"
-            lines.append(f"| {name} | {step} | {minutes:.1f} | {cells} |")
+            values = [x for s in ran for x in strict(s[name][step][1])]
+            minutes = sum(s[name][step][0] for s in ran) / len(ran)
+            versus = _versus(name, index, ran)
+            cells = f"{sum(values) / len(values):.3f} | {interval(values, warm)} | {versus}"
+            lines.append(f"| {name} | {len(ran)} | {step} | {minutes:.1f} | {cells} |")
     return "\n".join(lines)
+
+
+def _versus(name: str, index: int, ran: list[dict[str, dict]]) -> str:
+    """A turn arm's checkpoint `index` against its episode arm's, over the seeds with both."""
+    other = name.replace("turn", "episode")
+    both = [s for s in ran if other in s]
+    if not name.startswith("turn") or not both:
+        return ""
+    mine = sorted(set.intersection(*(set(s[name]) for s in both)), key=int)
+    theirs = sorted(set.intersection(*(set(s[other]) for s in both)), key=int)
+    if index >= min(len(mine), len(theirs)):
+        return ""
+    values = [x for s in both for x in strict(s[name][mine[index]][1])]
+    paired = [x for s in both for x in strict(s[other][theirs[index]][1])]
+    return interval(values, paired)
 
 
 def main() -> None:
@@ -166,7 +218,9 @@ def main() -> None:
     parser.add_argument("--difficulty", type=int, default=2)
     parser.add_argument("--save-every", type=int, default=4, help="steps between checkpoints")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-credit")
-    parser.add_argument("--table", type=Path, help="print the table of the seeds run in it")
+    parser.add_argument("--record", type=Path, default=RECORD, help="where arms are recorded")
+    parser.add_argument("--table", type=Path, nargs="?", const=RECORD,
+                        help="print the table of the arms recorded in it")  # fmt: skip
     smoke = "a config override of every run (smoke: model.name=tiny-random)"
     parser.add_argument("--set", dest="sets", action="append", default=[], help=smoke)
     args = parser.parse_args()
@@ -175,8 +229,8 @@ def main() -> None:
         print(table(args.table))
         return
     for seed in args.seed:
-        run_seed(args.out / f"seed{seed}", seed, args)
-    print(table(args.out))
+        run_seed(args.out / f"seed{seed}", args.record / f"seed{seed}", seed, args)
+    print(table(args.record))
 
 
 if __name__ == "__main__":
