@@ -104,11 +104,13 @@ def wall_minutes(folder: Path) -> dict[int, float]:
 
 
 def evaluate(model: Path, label: str, out: Path, tasks: int, extra: list[str]) -> list[dict]:
-    """Greedy test-task records of `model` (one evaluation, kept in `out/eval/label`)."""
+    """Greedy test-task records of `model` (one evaluation, kept in `out/eval/label`): greedy
+    only (`eval.n=0`), as the table reads; the config's 4 sampled episodes a task made each
+    evaluation 5x as long."""
     folder = out / "eval" / label
     if not (folder / "report.json").exists():
         agentgym("eval", "--config", str(CONFIG), "--model", str(model), "--split", "test",
-                 "--tasks", str(tasks), "--output", str(folder), *sets(*extra),
+                 "--tasks", str(tasks), "--output", str(folder), *sets("eval.n=0", *extra),
                  log=out / "eval.log")  # fmt: skip
     return json.loads((folder / "report.json").read_text())["tasks"]["model"]
 
