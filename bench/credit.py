@@ -127,6 +127,10 @@ def run_seed(out: Path, record: Path, seed: int, args: argparse.Namespace) -> No
     left = [n for n in ("warmup", *ARMS) if not (record / f"{n}.json").exists()]
     if not left:
         return
+    settings = {k: getattr(args, k) for k in ("families", "difficulty", "minutes", "tasks",
+                                              "save_every", "sets")}  # fmt: skip
+    if "warmup" not in left:
+        _same_settings(record / "warmup.json", settings)
     out.mkdir(parents=True, exist_ok=True)
     record.mkdir(parents=True, exist_ok=True)
     extra = [*env_sets(args.families, args.difficulty), *args.sets]
@@ -134,7 +138,7 @@ def run_seed(out: Path, record: Path, seed: int, args: argparse.Namespace) -> No
     sha = weights_sha(start)
     if "warmup" in left:
         scores = {"0": [0.0, evaluate(start, "warmup", out, args.tasks, extra)]}
-        _keep(record / "warmup.json", sha, scores)
+        _keep(record / "warmup.json", sha, scores, settings)
     kept = json.loads((record / "warmup.json").read_text())["start"]
     if kept != sha:
         raise SystemExit(f"the warm-up's weights ({sha}) differ from the recorded one's ({kept}, "
@@ -150,9 +154,21 @@ def run_seed(out: Path, record: Path, seed: int, args: argparse.Namespace) -> No
         _keep(record / f"{name}.json", sha, scores)
 
 
-def _keep(path: Path, sha: str, scores: dict) -> None:
-    """An arm's scores (checkpoint step -> [minutes, test records]) and its start."""
-    path.write_text(json.dumps({"start": sha, "scores": scores}, sort_keys=True) + "\n")
+def _keep(path: Path, sha: str, scores: dict, settings: dict | None = None) -> None:
+    """An arm's scores (checkpoint step -> [minutes, test records]) and its start; the
+    warm-up's also the bench's settings, which every later arm of the seed must share."""
+    kept = {"start": sha, "scores": scores, **({"settings": settings} if settings else {})}
+    path.write_text(json.dumps(kept, sort_keys=True) + "\n")
+
+
+def _same_settings(warmup: Path, settings: dict) -> None:
+    """SystemExit naming the settings that differ from those `warmup` was recorded with."""
+    kept = json.loads(warmup.read_text()).get("settings", {})
+    differ = [f"{k}: {kept.get(k)!r} recorded, {v!r} now" for k, v in settings.items()
+              if kept.get(k) != v]  # fmt: skip
+    if differ:
+        raise SystemExit(f"{warmup.parent}'s arms ran with other settings "
+                         f"({'; '.join(differ)}); give them, or another --record")  # fmt: skip
 
 
 def recorded(record: Path) -> list[dict[str, dict]]:
