@@ -10,10 +10,15 @@ category's correctness per model and each model's difference from the start mode
 95 % paired bootstrap interval over the same tasks.
 
     python bench/bfcl_transfer.py --arms runs/bench-function-calls/seed0 \
-        --default-run runs/tool_call [--n 40] [--out runs/bench-bfcl]
-    python bench/bfcl_transfer.py --table runs/bench-bfcl
+        --default-run runs/tool_call [--n 20] [--out runs/bench-bfcl]
+    python bench/bfcl_transfer.py --table [RECORD]
 
-Each model's report stays in `OUT/<model>/`; a rerun skips what is done.
+Each model's report stays in `OUT/<model>/`, and its per-task correctness, the benchmark's
+description and its weights' sha256 are recorded in `--record` (`bench/records/bfcl/`, kept
+in git), so the models can be trained and evaluated across sittings on fresh machines: a
+rerun skips a recorded model, and the table is made from the records. The `fc-*` models'
+records keep the warm-up's sha they started from; the table refuses arms of different
+warm-ups (retrained on another machine, say).
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "bench" / "records" / "bfcl"
 CATEGORIES = ("simple_python", "multiple", "parallel", "irrelevance", "live_simple")
 
 
@@ -63,6 +71,27 @@ def evaluate(name: str, model: str, out: Path, n: int, extra: list[str]) -> Path
     return folder
 
 
+def keep(name: str, model: str, arms: Path | None, folder: Path, record: Path) -> None:
+    """Records `name`'s per-task correctness (from its report in `folder`), the benchmark's
+    description, its weights' sha256 and, for an `fc-*` arm, its warm-up's."""
+    from credit import weights_sha
+
+    path = Path(model)
+    start = None
+    if name.startswith("fc-") and arms is not None:
+        start = weights_sha(Path((arms / "warmup" / "done").read_text().strip()))
+    meta = json.loads((folder / "report.json").read_text())["meta"]["benchmarks"]
+    kept = {
+        "model": model if not path.exists() else path.name,
+        "weights": weights_sha(path) if (path / "MANIFEST.json").exists() else model,
+        "warmup": start,
+        "benchmarks": meta,
+        "correct": correct(folder),
+    }
+    record.mkdir(parents=True, exist_ok=True)
+    (record / f"{name}.json").write_text(json.dumps(kept, sort_keys=True) + "\n")
+
+
 def correct(folder: Path) -> dict[str, dict[str, float]]:
     """category -> task id -> greedy correctness (0/1) of one report."""
     tasks = json.loads((folder / "report.json").read_text())["tasks"]["model"]
@@ -74,15 +103,22 @@ def correct(folder: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def table(out: Path) -> str:
-    """The markdown table of every model evaluated under `out`."""
+def table(record: Path) -> str:
+    """The markdown table of every model recorded in `record`."""
     from agentgym.eval.stats import paired_bootstrap
 
-    names = [p.name for p in sorted(out.iterdir()) if (p / "report.json").exists()]
-    names.sort(key=lambda n: (n != "start", n))
-    scores = {n: correct(out / n) for n in names}
-    meta = json.loads((out / names[0] / "report.json").read_text())["meta"]["benchmarks"]
-    ((label, entry),) = meta.items()
+    kept = {p.stem: json.loads(p.read_text()) for p in sorted(record.glob("*.json"))}
+    if "start" not in kept:
+        raise SystemExit(f"{record}: the start model is not recorded (start.json)")
+    names = sorted(kept, key=lambda n: (n != "start", n))
+    warmups = {kept[n]["warmup"] for n in names if n.startswith("fc-")}
+    if len(warmups) > 1:
+        raise SystemExit(f"{record}: the fc-* arms started from different warm-ups {warmups}")
+    other = [n for n in names if kept[n]["benchmarks"] != kept["start"]["benchmarks"]]
+    if other:
+        raise SystemExit(f"{record}: {other} played other BFCL subsets than start.json's")
+    scores = {n: kept[n]["correct"] for n in names}
+    ((label, entry),) = kept["start"]["benchmarks"].items()
     lines = [
         f"BFCL v4 ({entry['package']} {entry['version']}), `{label}`, greedy, "
         f"subset seed {entry['subset_seed']}; correctness, and the difference from the start "
@@ -115,9 +151,11 @@ def main() -> None:
     parser.add_argument("--arms", type=Path, help="a bench/function_calls.py seed folder")
     parser.add_argument("--default-run", type=Path, help="the default run's folder (make train)")
     parser.add_argument("--start", default="embedded", help="the start model (smoke: tiny-random)")
-    parser.add_argument("--n", type=int, default=40, help="BFCL tasks of each category")
+    parser.add_argument("--n", type=int, default=20, help="BFCL tasks of each category")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-bfcl")
-    parser.add_argument("--table", type=Path, help="print the table of the models in it")
+    parser.add_argument("--record", type=Path, default=RECORD, help="where models are recorded")
+    parser.add_argument("--table", type=Path, nargs="?", const=RECORD,
+                        help="print the table of the models recorded in it")  # fmt: skip
     parser.add_argument("--set", dest="sets", action="append", default=[], help="eval overrides")
     args = parser.parse_args()
     if args.table:
@@ -125,8 +163,10 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     for name, model in models(args.start, args.arms, args.default_run).items():
-        evaluate(name, model, args.out, args.n, args.sets)
-    print(table(args.out), flush=True)
+        if not (args.record / f"{name}.json").exists():
+            folder = evaluate(name, model, args.out, args.n, args.sets)
+            keep(name, model, args.arms, folder, args.record)
+    print(table(args.record), flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ On `agentgym/FunctionCalls-v0` (`configs/function_calls.yaml`, the embedded mode
 
     python bench/function_calls.py --seed 0 [--minutes 20] [--tasks 40] [--out DIR]
     python bench/function_calls.py --table DIR     # the tables of every seed run so far
+    python bench/function_calls.py --seed 0 --train-only [--arms grpo]  # checkpoints only
+
+`--train-only` trains the warm-up and the `--arms` (default all) and evaluates nothing: what
+`bench/bfcl_transfer.py` needs, which evaluates them on BFCL instead.
 
 Every stage leaves its result in `DIR/seed<S>/`; a rerun skips what is done, so the arms
 can run across sittings. Run it alone on the machine: the arms' wall time is the budget.
@@ -140,14 +144,17 @@ def evaluate(model: Path, name: str, out: Path, tasks: int, extra: list[str]) ->
     }
 
 
-def run_seed(
-    out: Path, seed: int, minutes: float, tasks: int, extra: list[str], step_seconds: float | None
-) -> None:
+def run_seed(out: Path, seed: int, args: argparse.Namespace) -> None:
+    """The warm-up and the `args.arms`, then (unless `args.train_only`) their evaluations."""
+    minutes, tasks, extra, step_seconds = args.minutes, args.tasks, args.sets, args.sft_step_seconds
     out.mkdir(parents=True, exist_ok=True)
     start = warm_up(out, seed, extra)
     models = {"warmup": start}
-    for name in ARMS:
+    for name in args.arms:
         models[name] = arm(name, out, start, seed, 60 * minutes, extra, step_seconds)
+    if args.train_only:
+        print("\n".join(f"{name}: {path}" for name, path in models.items()), flush=True)
+        return
     scores = {name: evaluate(path, name, out, tasks, extra) for name, path in models.items()}
     (out / "scores.json").write_text(json.dumps(scores))
     print(table(out), flush=True)
@@ -208,7 +215,11 @@ def main() -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[], help=smoke)
     busy = "the SFT arm's seconds per step, where the warm-up's (the default) ran on a busy machine"
     parser.add_argument("--sft-step-seconds", type=float, help=busy)
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    parser.add_argument("--train-only", action="store_true", help="evaluate nothing")
     args = parser.parse_args()
+    if not args.train_only and tuple(args.arms) != ARMS:
+        parser.error("--arms trains a part of the arms: give --train-only with it")
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     if args.table:
         for folder in sorted(args.table.glob("seed*")):
@@ -216,14 +227,7 @@ def main() -> None:
                 print(table(folder), "\n")
         return
     for seed in args.seed:
-        run_seed(
-            args.out / f"seed{seed}",
-            seed,
-            args.minutes,
-            args.tasks,
-            args.sets,
-            args.sft_step_seconds,
-        )
+        run_seed(args.out / f"seed{seed}", seed, args)
 
 
 if __name__ == "__main__":
