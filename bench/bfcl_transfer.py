@@ -6,8 +6,9 @@ The models: the embedded start model; the `FunctionCalls-v0` warm-up and its thr
 (`make train`) SFT and best checkpoints. Each is played greedily on the same seeded subset
 of BFCL's single-turn categories (`--n` tasks of each of `CATEGORIES`, `agentgym eval
 --benchmark`), scored by BFCL's checker (`string_match: bfcl`); the table gives each
-category's correctness per model and each model's difference from the start model with a
-95 % paired bootstrap interval over the same tasks.
+category's correctness per model and each model's difference from the model it was trained
+from (the arms: the warm-up; the default run's best: its SFT checkpoint; the rest: the start
+model) with a 95 % paired bootstrap interval over the same tasks.
 
     python bench/bfcl_transfer.py --arms runs/bench-function-calls/seed0 \
         --default-run runs/tool_call [--n 20] [--out runs/bench-bfcl]
@@ -103,14 +104,20 @@ def correct(folder: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+ORDER = ("start", "default-sft", "default-best", "fc-warmup", "fc-grpo", "fc-rft", "fc-sft")
+BASE = {"default-sft": "start", "default-best": "default-sft", "fc-warmup": "start"}
+"""What each model is compared with: the model it was trained from (the fc arms: fc-warmup)."""
+
+
 def table(record: Path) -> str:
-    """The markdown table of every model recorded in `record`."""
+    """The markdown table of every model recorded in `record`: each category's correctness
+    and each model's difference from the model it was trained from."""
     from agentgym.eval.stats import paired_bootstrap
 
     kept = {p.stem: json.loads(p.read_text()) for p in sorted(record.glob("*.json"))}
     if "start" not in kept:
         raise SystemExit(f"{record}: the start model is not recorded (start.json)")
-    names = sorted(kept, key=lambda n: (n != "start", n))
+    names = sorted(kept, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
     warmups = {kept[n]["warmup"] for n in names if n.startswith("fc-")}
     if len(warmups) > 1:
         raise SystemExit(f"{record}: the fc-* arms started from different warm-ups {warmups}")
@@ -119,26 +126,30 @@ def table(record: Path) -> str:
         raise SystemExit(f"{record}: {other} played other BFCL subsets than start.json's")
     scores = {n: kept[n]["correct"] for n in names}
     ((label, entry),) = kept["start"]["benchmarks"].items()
+    bases = {n: BASE.get(n, "fc-warmup" if n.startswith("fc-") else "start") for n in names}
     lines = [
         f"BFCL v4 ({entry['package']} {entry['version']}), `{label}`, greedy, "
-        f"subset seed {entry['subset_seed']}; correctness, and the difference from the start "
-        "model with its 95 % paired bootstrap interval",
+        f"subset seed {entry['subset_seed']}; correctness, and in brackets the difference from "
+        "the model it was trained from with its 95 % paired bootstrap interval ("
+        + ", ".join(f"{n} from {bases[n]}" for n in names if n != "start")
+        + ")",
         "",
         "| category | n | " + " | ".join(names) + " |",
         "|" + " --- |" * (2 + len(names)),
     ]
     rows = {c: {n: scores[n].get(c, {}) for n in names} for c in CATEGORIES}
-    rows["all"] = {
-        n: {t: v for c in CATEGORIES for t, v in scores[n].get(c, {}).items()} for n in names
-    }
+    for label, cats in (("calls expected", CATEGORIES[:3] + CATEGORIES[4:]), ("all", CATEGORIES)):
+        rows[label] = {
+            n: {t: v for c in cats for t, v in scores[n].get(c, {}).items()} for n in names
+        }
     for category, by_model in rows.items():
         ids = sorted(by_model["start"])
         cells = []
         for n in names:
             values = [by_model[n][t] for t in ids]
             cell = f"{sum(values) / len(values):.3f}"
-            if n != "start":
-                base = [by_model["start"][t] for t in ids]
+            if n != "start" and bases[n] in by_model:
+                base = [by_model[bases[n]][t] for t in ids]
                 diff, low, high = paired_bootstrap(values, base)
                 cell += f" ({diff:+.3f} [{low:+.3f}, {high:+.3f}])"
             cells.append(cell)
