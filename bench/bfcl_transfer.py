@@ -105,8 +105,9 @@ def correct(folder: Path) -> dict[str, dict[str, float]]:
 
 
 ORDER = ("start", "default-sft", "default-best", "fc-warmup", "fc-grpo", "fc-rft", "fc-sft")
-BASE = {"default-sft": "start", "default-best": "default-sft", "fc-warmup": "start"}
-"""What each model is compared with: the model it was trained from (the fc arms: fc-warmup)."""
+BASE = {"default-best": "default-sft", "fc-grpo": "fc-warmup", "fc-rft": "fc-warmup",
+        "fc-sft": "fc-warmup"}  # fmt: skip
+"""What a model is compared with: the model it was trained from (the others: start)."""
 
 
 def table(record: Path) -> str:
@@ -126,7 +127,7 @@ def table(record: Path) -> str:
         raise SystemExit(f"{record}: {other} played other BFCL subsets than start.json's")
     scores = {n: kept[n]["correct"] for n in names}
     ((label, entry),) = kept["start"]["benchmarks"].items()
-    bases = {n: BASE.get(n, "fc-warmup" if n.startswith("fc-") else "start") for n in names}
+    bases = {n: BASE.get(n, "start") for n in names}
     lines = [
         f"BFCL v4 ({entry['package']} {entry['version']}), `{label}`, greedy, "
         f"subset seed {entry['subset_seed']}; correctness, and in brackets the difference from "
@@ -138,8 +139,9 @@ def table(record: Path) -> str:
         "|" + " --- |" * (2 + len(names)),
     ]
     rows = {c: {n: scores[n].get(c, {}) for n in names} for c in CATEGORIES}
-    for label, cats in (("calls expected", CATEGORIES[:3] + CATEGORIES[4:]), ("all", CATEGORIES)):
-        rows[label] = {
+    calls = tuple(c for c in CATEGORIES if c != "irrelevance")
+    for row, cats in (("calls expected", calls), ("all", CATEGORIES)):
+        rows[row] = {
             n: {t: v for c in cats for t, v in scores[n].get(c, {}).items()} for n in names
         }
     for category, by_model in rows.items():
